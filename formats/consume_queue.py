@@ -1,0 +1,59 @@
+"""ConsumeQueue entries: 20 bytes each, logical offset n at byte n * 20 of the queue.
+
+```
+ off  size  field
+   0     8  commitLogOffset   physical offset of the record
+   8     4  size              record size
+  12     8  tagsCode          formats.tags.tags_code, or a delivery time for the schedule topic
+```
+A queue whose first file starts above 0 pads the unused prefix with (0, 0x7FFFFFFF, 0); an
+all-zero entry is unwritten space.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+CQ_ENTRY_SIZE = 20
+CQ_ENTRIES_PER_FILE = 300_000
+PAD_SIZE = 0x7FFFFFFF
+_ENTRY = struct.Struct(">qiq")
+
+
+class CQEntry(NamedTuple):
+    """One ConsumeQueue entry."""
+
+    phys_offset: int
+    size: int
+    tags_code: int
+
+    @property
+    def is_padding(self) -> bool:
+        return self.phys_offset == 0 and self.size == PAD_SIZE
+
+    @property
+    def is_written(self) -> bool:
+        return self.size > 0
+
+
+def encode_cq_entry(phys_offset: int, size: int, tags_code: int) -> bytes:
+    return _ENTRY.pack(phys_offset, size, tags_code)
+
+
+def decode_cq_entry(buf: bytes | bytearray | memoryview, pos: int = 0) -> CQEntry:
+    return CQEntry(*_ENTRY.unpack_from(buf, pos))
+
+
+def pack_cq_entry_into(buf: bytearray | memoryview, pos: int, phys: int, size: int, tags: int) -> None:
+    _ENTRY.pack_into(buf, pos, phys, size, tags)
+
+
+def iter_cq_entries(buf: bytes | bytearray | memoryview, first_index: int = 0) -> Iterator[tuple[int, CQEntry]]:
+    """``(logical offset, entry)`` for each written entry, stopping at the first unwritten one."""
+    for i in range(len(buf) // CQ_ENTRY_SIZE):
+        entry = decode_cq_entry(buf, i * CQ_ENTRY_SIZE)
+        if not entry.is_written:
+            return
+        yield first_index + i, entry

@@ -1,0 +1,104 @@
+"""DLedger entries: in DLedger mode the CommitLog files hold raft entries wrapping records.
+
+Big-endian, 48-byte header, then the body (one message record of formats.record):
+
+```
+ off  size  field
+   0     4  magic       1 NORMAL (2 NOOP, 3 CONFIG_CHANGE in newer DLedger)
+   4     4  size        whole entry, header included
+   8     8  index       raft log index, dense from 0
+  16     8  term
+  24     8  pos         physical position of this entry in the data files
+  32     4  channel
+  36     4  chainCrc    (DLedger writes 0)
+  40     4  bodyCrc     (DLedger writes 0)
+  44     4  bodyLen
+  48     n  body
+```
+The wrapped record's PHYSICALOFFSET is ``pos + 48``. A data file ends with padding
+``[int32 -1][int32 remaining bytes]`` (magic first, unlike the CommitLog BLANK).
+The index file holds 32-byte entries ``[magic:4][pos:8][size:4][index:8][term:8]``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from formats.errors import FormatError
+
+MAGIC_NORMAL = 1
+MAGIC_NOOP = 2
+MAGIC_CONFIG_CHANGE = 3
+ENTRY_MAGICS = (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG_CHANGE)
+PADDING_MAGIC = -1
+HEADER_SIZE = 48
+INDEX_ENTRY_SIZE = 32
+_HEADER = struct.Struct(">iiqqqiiii")
+_INDEX = struct.Struct(">iqiqq")
+_PADDING = struct.Struct(">ii")
+
+
+class DLedgerHeader(NamedTuple):
+    """The fixed header of a DLedger entry."""
+
+    magic: int
+    size: int
+    index: int
+    term: int
+    pos: int
+    channel: int
+    chain_crc: int
+    body_crc: int
+    body_len: int
+
+
+class DLedgerIndexEntry(NamedTuple):
+    magic: int
+    pos: int
+    size: int
+    index: int
+    term: int
+
+
+def encode_entry(index: int, term: int, pos: int, body: bytes, *, magic: int = MAGIC_NORMAL,
+                 channel: int = 0) -> bytes:
+    """A whole entry (header and body)."""
+    size = HEADER_SIZE + len(body)
+    return _HEADER.pack(magic, size, index, term, pos, channel, 0, 0, len(body)) + body
+
+
+def decode_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> DLedgerHeader:
+    """The header at ``pos``; raises :class:`FormatError` when it is not a consistent entry."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise FormatError(f"truncated DLedger header at {pos}")
+    header = DLedgerHeader(*_HEADER.unpack_from(buf, pos))
+    if header.magic not in ENTRY_MAGICS:
+        raise FormatError(f"bad DLedger magic {header.magic} at {pos}")
+    if header.size != HEADER_SIZE + header.body_len or header.body_len < 0:
+        raise FormatError(f"DLedger entry at {pos}: size {header.size} != 48 + {header.body_len}")
+    return header
+
+
+def encode_padding(remaining: int) -> bytes:
+    return _PADDING.pack(PADDING_MAGIC, remaining)
+
+
+def is_padding(buf: bytes | bytearray | memoryview, pos: int = 0) -> bool:
+    return len(buf) - pos >= 8 and _PADDING.unpack_from(buf, pos)[0] == PADDING_MAGIC
+
+
+def looks_like_entry(buf: bytes | bytearray | memoryview, pos: int = 0) -> bool:
+    """Cheap test used to tell a DLedger data file from a classic CommitLog segment."""
+    if len(buf) - pos < HEADER_SIZE:
+        return False
+    magic, size = _PADDING.unpack_from(buf, pos)
+    return magic in ENTRY_MAGICS and size >= HEADER_SIZE
+
+
+def encode_index_entry(entry: DLedgerIndexEntry) -> bytes:
+    return _INDEX.pack(*entry)
+
+
+def decode_index_entry(buf: bytes | bytearray | memoryview, pos: int = 0) -> DLedgerIndexEntry:
+    return DLedgerIndexEntry(*_INDEX.unpack_from(buf, pos))

@@ -1,0 +1,55 @@
+"""Message properties string: ``key \\x01 value \\x02`` repeated, with a trailing ``\\x02``.
+
+```
+ K E Y S 01 k 1 02 T A G S 01 T a g A 02 ...
+ |name|  sep|val|end|                   (NAME_VALUE_SEPARATOR = 0x01, PROPERTY_SEPARATOR = 0x02)
+```
+Decoding is tolerant like RocketMQ's: malformed pairs are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+PROPERTIES_SIZE_MAX = 32767  # int16 length on disk
+
+# Well-known keys (RocketMQ MessageConst).
+KEYS = "KEYS"
+TAGS = "TAGS"
+WAIT = "WAIT"
+DELAY = "DELAY"
+UNIQ_KEY = "UNIQ_KEY"
+RETRY_TOPIC = "RETRY_TOPIC"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+CLUSTER = "CLUSTER"
+KEY_SEPARATOR = " "
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    """The wire/disk string for ``props``, in insertion order."""
+    if not props:
+        return ""
+    return "\x02".join(map("\x01".join, props.items())) + "\x02"
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Parse a properties string; pairs without a separator or with an empty name are skipped."""
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name:
+            out[name] = value
+    return out
+
+
+def message_keys(props: Mapping[str, str]) -> list[str]:
+    """The KEYS property split on spaces, empty pieces dropped."""
+    raw = props.get(KEYS, "")
+    return [k for k in raw.split(KEY_SEPARATOR) if k]
