@@ -1,0 +1,44 @@
+"""Errors of the broker kernel. Each names what went wrong in words an operator can act on;
+the broker maps them to RocketMQ response codes in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class CoreError(Exception):
+    """Base of the kernel's errors."""
+
+
+class ConfigError(CoreError):
+    """A configuration file or value that cannot be used."""
+
+
+class StoreError(CoreError):
+    """The store cannot do what was asked."""
+
+
+class DiskFullError(StoreError):
+    """The disk is full, or above the configured usage ratio: writes refused, reads served."""
+
+
+class MessageTooLargeError(StoreError):
+    """A record larger than the configured maximum, or than a segment can hold."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used after it was closed."""
+
+
+class StoreCorruptError(StoreError):
+    """Bytes in the store that are not what the store wrote: names the file and offset."""
+
+    def __init__(self, message: str, path: Path | None = None, offset: int | None = None) -> None:
+        self.path = path
+        self.offset = offset
+        where = ""
+        if path is not None:
+            where += f" in {path}"
+        if offset is not None:
+            where += f" at offset {offset}"
+        super().__init__(f"{message}{where}")

@@ -1,0 +1,75 @@
+"""A typed facade over pluggy's PluginManager.
+
+Built-in plugins come first, registered from a tuple in order; third-party plugins come from the
+``mqctl.plugins`` entry-point group. ``MQCTL_BLOCK_PLUGINS`` (comma-separated names) blocks
+plugins of either kind. Tests build hosts without entry points.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pluggy
+
+from core import hookspecs
+
+if TYPE_CHECKING:
+    from core.store.dispatch import DispatchRequest
+
+ENTRY_POINT_GROUP = "mqctl.plugins"
+BLOCK_ENV = "MQCTL_BLOCK_PLUGINS"
+
+
+def plugin_name(plugin: object) -> str:
+    """The name a plugin registers under: a module's name, else its class name."""
+    name = getattr(plugin, "__name__", None)
+    return name if isinstance(name, str) else type(plugin).__name__
+
+
+class PluginHost:
+    """The plugins of one process and typed calls to their hooks."""
+
+    def __init__(
+        self,
+        builtins: Iterable[object] = (),
+        *,
+        load_entry_points: bool = True,
+        blocked: Iterable[str] | None = None,
+    ) -> None:
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        if blocked is None:
+            blocked = [n.strip() for n in os.environ.get(BLOCK_ENV, "").split(",") if n.strip()]
+        for name in blocked:
+            self._pm.set_blocked(name)
+        for plugin in builtins:
+            name = plugin_name(plugin)
+            if not self._pm.is_blocked(name):
+                self._pm.register(plugin, name=name)
+        if load_entry_points:
+            self._pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+
+    def register(self, plugin: object, name: str | None = None) -> None:
+        self._pm.register(plugin, name=name or plugin_name(plugin))
+
+    def unregister(self, plugin: object) -> None:
+        self._pm.unregister(plugin)
+
+    @property
+    def names(self) -> list[str]:
+        """Registered plugins in registration order (blocked names excluded)."""
+        return [n for n, plugin in self._pm.list_name_plugin() if plugin is not None]
+
+    def listens_to_dispatch(self) -> bool:
+        """Whether any plugin implements ``mq_records_dispatched`` (the store skips the call
+        on its hot path otherwise)."""
+        return bool(self._pm.hook.mq_records_dispatched.get_hookimpls())
+
+    def records_dispatched(self, store_dir: Path, requests: Sequence[DispatchRequest]) -> None:
+        self._pm.hook.mq_records_dispatched(store_dir=store_dir, requests=requests)
+
+    def segment_retired(self, segment: Path, archive: Path | None) -> None:
+        self._pm.hook.mq_segment_retired(segment=segment, archive=archive)

@@ -1,0 +1,17 @@
+"""Built-in plugins, registered in this order before any third-party plugin.
+
+The routing, selection and HA plugins join this tuple as they land.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from core.plugin_manager import PluginHost
+
+BUILTIN_PLUGINS: tuple[ModuleType, ...] = ()
+
+
+def plugin_host(*, load_entry_points: bool = True) -> PluginHost:
+    """A host with the built-in plugins and (unless told not to) the installed ones."""
+    return PluginHost(BUILTIN_PLUGINS, load_entry_points=load_entry_points)

@@ -1,0 +1,38 @@
+from pathlib import Path
+
+import pytest
+
+from core.config import Config, load_config, parse_config
+from core.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_conf_toml_loads():
+    config = load_config(REPO / "conf.toml")
+    assert isinstance(config, Config)
+    assert config.replication.mode in ("async", "sync", "dledger")
+    assert config.data_dir == REPO / ".mqctl"
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"store": {"segment_size_byte": 1}}, "unknown key"),
+    ({"stores": {}}, "unknown section"),
+    ({"store": {"flush": "sometimes"}}, "store.flush"),
+    ({"replication": {"mode": "paxos"}}, "replication.mode"),
+    ({"store": {"disk_max_used_ratio": 2}}, "disk_max_used_ratio"),
+    ({"store": {"flush_interval_ms": 0}}, "flush_interval_ms"),
+    ({"store": {"segment_size_bytes": True}}, "must be a number"),
+])
+def test_bad_config_is_a_clear_error(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(raw)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "none.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[store\n")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        load_config(bad)
