@@ -1,0 +1,200 @@
+"""The CommitLog: every record of every topic, appended to fixed-size segments.
+
+A record never spans segments: when one does not fit (with 8 spare bytes), the segment is
+closed with a BLANK marker and the record goes to the next segment, which is created first so a
+full disk leaves the log as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import MessageTooLargeError, StoreCorruptError
+from core.store.checkpoint import Checkpoint
+from core.store.mapped_file import MappedFile, MappedFileQueue
+from formats.record import BLANK_SIZE, MessageRecord, decode_record, encode_blank, patch_store_fields
+from formats.segments import (
+    Damage,
+    RecordAt,
+    SegmentEnd,
+    is_scan_start,
+    last_nonzero_end,
+    scan_segment,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecovery:
+    """What CommitLog recovery found."""
+
+    scanned_from: int
+    end: int
+    records_scanned: int
+    cut_bytes: int  # bytes of a torn or damaged tail that were zeroed
+    cut_reason: str | None
+
+
+class CommitLog:
+    """Segments under ``directory`` of ``segment_size`` bytes each."""
+
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.files = MappedFileQueue(directory, segment_size)
+        self.segment_size = segment_size
+        self.write_offset = 0  # next append position = max offset
+        self.flushed_offset = 0
+        self._tail: MappedFile | None = None
+
+    @property
+    def min_offset(self) -> int:
+        return self.files.min_offset
+
+    @property
+    def directory(self) -> Path:
+        return self.files.directory
+
+    def recover(self, checkpoint: Checkpoint | None, *, cut_damage: bool) -> LogRecovery:
+        """Find the end of valid data and cut anything after it.
+
+        Scanning starts at the checkpoint's flushed offset (everything below was fsynced).
+        Damage after which nothing valid follows is a torn last write: it is cut. Damage
+        followed by valid records is corruption: RocketMQ silently cuts everything after it;
+        we raise :class:`StoreCorruptError` naming the file and offset, unless ``cut_damage``
+        (the operator's explicit choice) says to cut there.
+        """
+        self.files.load()
+        files = self.files.files
+        if not files:
+            return LogRecovery(0, 0, 0, 0, None)
+        start = files[0].start
+        if checkpoint is not None:
+            start = min(max(checkpoint.commitlog_flushed_offset, files[0].start), files[-1].end)
+        index = next((i for i, f in enumerate(files) if f.start <= start < f.end), len(files) - 1)
+        pos = start - files[index].start
+        if pos >= files[index].size or not is_scan_start(files[index].view, pos, files[index].start):
+            pos = 0
+        scanned_from = files[index].start + pos
+        end = scanned_from
+        records = 0
+        cut_reason: str | None = None
+        for i in range(index, len(files)):
+            seg = files[i]
+            stop = True
+            for item in scan_segment(seg.view, seg.start, seg.path, start_pos=pos,
+                                     is_last=i == len(files) - 1, with_body=False,
+                                     strict_start=True):
+                if isinstance(item, RecordAt):
+                    records += 1
+                    end = item.offset + item.record.total_size
+                elif isinstance(item, Damage):
+                    if not item.at_tail and not cut_damage:
+                        raise StoreCorruptError(
+                            f"damaged record ({item.reason}) followed by valid records; "
+                            "inspect with `mqctl dump --verify`, or set "
+                            "store.recover_cut_damage = true to cut the log there",
+                            seg.path, item.offset - seg.start,
+                        )
+                    cut_reason = item.reason
+                    end = item.offset
+                    break
+                elif isinstance(item, SegmentEnd):
+                    end = item.offset
+                    stop = item.kind != "blank"
+                    if not stop:
+                        end = seg.end
+            pos = 0
+            if stop or cut_reason is not None:
+                break
+        cut = self._truncate(end)
+        if cut:
+            log.warning("commitlog %s: cut %d bytes after offset %d (%s)", self.directory, cut,
+                        end, cut_reason or "torn tail")
+        self.write_offset = end
+        self.flushed_offset = end
+        return LogRecovery(scanned_from, end, records, cut, cut_reason)
+
+    def _truncate(self, end: int) -> int:
+        """Zero the bytes at and after ``end`` and delete later segments; bytes cut."""
+        cut = 0
+        keep: list[MappedFile] = []
+        for seg in self.files.files:
+            if seg.end <= end:
+                keep.append(seg)
+            elif seg.start <= end:
+                pos = end - seg.start
+                cut += last_nonzero_end(seg.view, pos, seg.size) - pos
+                seg.zero_from(pos)
+                if seg.dirty:
+                    seg.sync()
+                    seg.dirty = False
+                keep.append(seg)
+            else:
+                cut += last_nonzero_end(seg.view, 0, seg.size)
+                seg.destroy()
+        self.files.files = keep
+        return cut
+
+    def append(self, buf: bytearray, queue_offset: int, store_timestamp: int) -> int:
+        """Append an encoded record, filling in its store fields; returns its offset.
+
+        When the record does not fit the current segment, the next one is created first and
+        only then is the current one closed with a BLANK: a full disk changes nothing.
+        """
+        size = len(buf)
+        seg = self._tail
+        if seg is None or not (seg.start <= self.write_offset
+                               and self.write_offset - seg.start + size + BLANK_SIZE <= seg.size):
+            seg = self._roll(size)
+        pos = self.write_offset - seg.start
+        phys = self.write_offset
+        patch_store_fields(buf, queue_offset, phys, store_timestamp)
+        seg.write(pos, buf)
+        self.write_offset = phys + size
+        return phys
+
+    def _roll(self, size: int) -> MappedFile:
+        """The segment the next ``size``-byte record goes to, at ``write_offset``."""
+        if size + BLANK_SIZE > self.segment_size:
+            raise MessageTooLargeError(
+                f"record of {size} bytes does not fit a {self.segment_size}-byte segment"
+            )
+        seg = self.files.find(self.write_offset)
+        if seg is None:
+            last = self.files.last
+            seg = self.files.create(last.end if last is not None else self.write_offset)
+            self.write_offset = seg.start
+        elif self.write_offset - seg.start + size + BLANK_SIZE > seg.size:
+            nxt = self.files.find(seg.end) or self.files.create(seg.end)
+            pos = self.write_offset - seg.start
+            seg.write(pos, encode_blank(seg.size - pos))
+            self.write_offset = nxt.start
+            seg = nxt
+        self._tail = seg
+        return seg
+
+    def segment_of(self, offset: int) -> MappedFile | None:
+        return self.files.find(offset)
+
+    def read(self, offset: int, size: int) -> bytes:
+        seg = self.files.find(offset)
+        if seg is None or offset + size > self.write_offset:
+            raise KeyError(offset)
+        return seg.read(offset - seg.start, size)
+
+    def read_record(self, offset: int) -> MessageRecord:
+        """The record at ``offset`` (a KeyError when there is none in the log)."""
+        seg = self.files.find(offset)
+        if seg is None or offset >= self.write_offset:
+            raise KeyError(offset)
+        return decode_record(seg.view, offset - seg.start,
+                             limit=min(seg.size, self.write_offset - seg.start))
+
+    def segments_between(self, lo: int, hi: int) -> list[MappedFile]:
+        """Segments overlapping ``[lo, hi)``."""
+        return [seg for seg in self.files.files if seg.start < hi and seg.end > lo]
+
+    def close(self) -> None:
+        self.files.close()

@@ -1,0 +1,212 @@
+"""ConsumeQueues: per topic and queue id, a log of 20-byte entries (formats.consume_queue)
+pointing into the CommitLog, stored under ``consumequeue/<topic>/<queueId>/``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from core.store.dispatch import DispatchRequest
+from core.store.mapped_file import MappedFile, MappedFileQueue
+from formats.consume_queue import (
+    CQ_ENTRY_SIZE,
+    PAD_SIZE,
+    CQEntry,
+    decode_cq_entry,
+    encode_cq_entry,
+    pack_cq_entry_into,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeQueue:
+    """One queue's entries; logical offset n lives at byte n * 20."""
+
+    def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.files = MappedFileQueue(directory, entries_per_file * CQ_ENTRY_SIZE)
+        self.max_offset = 0  # next logical offset to write
+        self.min_offset = 0
+        self._tail: MappedFile | None = None
+        self.room_end = 0  # one past the last logical offset the existing files can hold
+        self.assigned = 0  # next logical offset handed to an append (ahead of max_offset until dispatch)
+
+    def recover(self, log_end: int) -> None:
+        """Load the files, find the last written entry, and drop entries that point at or past
+        ``log_end`` (CommitLog bytes that recovery cut off)."""
+        self.files.load()
+        self.max_offset = self._written_end()
+        while self.max_offset > self.min_index:
+            entry = self.entry(self.max_offset - 1)
+            if entry is not None and not entry.is_padding and entry.phys_offset + entry.size <= log_end:
+                break
+            self.max_offset -= 1
+        self._zero_from(self.max_offset)
+        self._correct_min(0)
+        self._update_room()
+        self.assigned = self.max_offset
+
+    def _update_room(self) -> None:
+        last = self.files.last
+        self.room_end = 0 if last is None else last.end // CQ_ENTRY_SIZE
+
+    @property
+    def min_index(self) -> int:
+        return self.files.min_offset // CQ_ENTRY_SIZE
+
+    def _written_end(self) -> int:
+        last = self.files.last
+        if last is None:
+            return 0
+        n = last.size // CQ_ENTRY_SIZE
+        lo, hi = 0, n  # entries [0, lo) written; binary search for the first unwritten one
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if decode_cq_entry(last.view, mid * CQ_ENTRY_SIZE).is_written:
+                lo = mid + 1
+            else:
+                hi = mid
+        return last.start // CQ_ENTRY_SIZE + lo
+
+    def _zero_from(self, index: int) -> None:
+        for mf in list(self.files.files):
+            if mf.end <= index * CQ_ENTRY_SIZE:
+                continue
+            if mf.start >= index * CQ_ENTRY_SIZE and mf is not self.files.files[0]:
+                self.files.files.remove(mf)
+                mf.destroy()
+                continue
+            mf.zero_from(max(0, index * CQ_ENTRY_SIZE - mf.start))
+
+    def _correct_min(self, log_min: int) -> None:
+        index = self.min_index
+        while index < self.max_offset:
+            entry = self.entry(index)
+            if entry is not None and not entry.is_padding and entry.phys_offset >= log_min:
+                break
+            index += 1
+        self.min_offset = index
+
+    def ensure_room(self, queue_offset: int) -> MappedFile:
+        """The file that will hold ``queue_offset``, created if needed (may raise DiskFullError)."""
+        pos = queue_offset * CQ_ENTRY_SIZE
+        mf = self.files.find(pos)
+        if mf is None:
+            last = self.files.last
+            start = pos - pos % self.files.file_size
+            if last is not None and start < last.end:
+                raise AssertionError("consume queue files out of order")
+            mf = self.files.create(start)
+            self._update_room()
+            if last is None:
+                self.min_offset = self.max_offset = self.assigned = start // CQ_ENTRY_SIZE
+        return mf
+
+    def put(self, req: DispatchRequest) -> bool:
+        """Write the entry for ``req``; False when it is already there (re-dispatch)."""
+        return self.put_entry(req.queue_offset, req.phys_offset, req.size, req.tags_code)
+
+    def put_entry(self, qo: int, phys: int, size: int, tags: int) -> bool:
+        """Write entry ``qo``; False when it is already there (re-dispatch)."""
+        if qo == self.max_offset:  # the usual case: append at the tail file
+            pos = qo * CQ_ENTRY_SIZE
+            tail = self._tail
+            if tail is None or not tail.start <= pos < tail.end or tail.closed:
+                tail = self._tail = self.ensure_room(qo)
+            pack_cq_entry_into(tail.view, pos - tail.start, phys, size, tags)
+            tail.dirty = True
+            self.max_offset = qo + 1
+            if self.assigned < self.max_offset:
+                self.assigned = self.max_offset
+            return True
+        if qo < self.max_offset:
+            return False
+        if qo > self.max_offset:
+            log.warning("consume queue %s-%d: gap %d..%d padded", self.topic, self.queue_id,
+                        self.max_offset, qo)
+            for gap in range(self.max_offset, qo):
+                self._write(gap, encode_cq_entry(0, PAD_SIZE, 0))
+        self._write(qo, encode_cq_entry(phys, size, tags))
+        self.max_offset = qo + 1
+        self.assigned = max(self.assigned, self.max_offset)
+        return True
+
+    def _write(self, index: int, entry: bytes) -> None:
+        mf = self.ensure_room(index)
+        mf.write(index * CQ_ENTRY_SIZE - mf.start, entry)
+
+    def entry(self, index: int) -> CQEntry | None:
+        if not self.min_index <= index < max(self.max_offset, self.min_index):
+            return None
+        mf = self.files.find(index * CQ_ENTRY_SIZE)
+        if mf is None:
+            return None
+        return decode_cq_entry(mf.view, index * CQ_ENTRY_SIZE - mf.start)
+
+    def entries(self, index: int, count: int) -> Iterator[tuple[int, CQEntry]]:
+        """Up to ``count`` written entries from ``index`` (or from the first one still kept,
+        when ``index`` is below it); padding is skipped."""
+        start = max(index, self.min_offset)
+        end = min(self.max_offset, start + count)
+        for i in range(start, end):
+            entry = self.entry(i)
+            if entry is not None and not entry.is_padding:
+                yield i, entry
+
+    def delete_below(self, log_min: int) -> int:
+        """Drop files whose entries all point below the CommitLog's first offset."""
+        dropped = 0
+        while len(self.files.files) > 1:
+            first = self.files.files[0]
+            last_index = first.end // CQ_ENTRY_SIZE - 1
+            entry = decode_cq_entry(first.view, (last_index * CQ_ENTRY_SIZE) - first.start)
+            if entry.phys_offset + entry.size > log_min:
+                break
+            self.files.drop_first()
+            dropped += 1
+        self._correct_min(log_min)
+        return dropped
+
+
+class ConsumeQueueTable:
+    """All ConsumeQueues of a store."""
+
+    def __init__(self, root: Path, entries_per_file: int) -> None:
+        self.root = root
+        self.entries_per_file = entries_per_file
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def recover(self, log_end: int) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for topic_dir in sorted(self.root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                if qdir.is_dir() and qdir.name.isdigit():
+                    cq = self.get_or_create(topic_dir.name, int(qdir.name))
+                    cq.recover(log_end)
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self.queues.get(key)
+        if cq is None:
+            cq = ConsumeQueue(self.root / topic / str(queue_id), topic, queue_id,
+                              self.entries_per_file)
+            self.queues[key] = cq
+        return cq
+
+    def dirty_files(self) -> list[MappedFile]:
+        return [mf for cq in self.queues.values() for mf in cq.files.dirty_files()]
+
+    def delete_below(self, log_min: int) -> int:
+        return sum(cq.delete_below(log_min) for cq in self.queues.values())
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.files.close()

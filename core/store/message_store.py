@@ -1,0 +1,567 @@
+"""The message store of one node: CommitLog, ConsumeQueues, key index, checkpoint, recovery,
+flushing, retention, driven by trio.
+
+Appends run on the event loop and stay cheap (an encode and a copy into a mapped segment).
+Everything that blocks (fdatasync, page pre-faulting, archiving, checkpoint writes) runs in worker
+threads. Under sync flush, :meth:`MessageStore.put_durable` waits for a group commit: one
+fdatasync covers every record appended before it started.
+
+    async with open_message_store(root, StoreConfig()) as store:
+        result = await store.put_durable(record)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+from pathlib import Path
+
+import trio
+
+from core.config import StoreConfig
+from core.errors import DiskFullError, MessageTooLargeError, StoreClosedError, StoreCorruptError
+from core.plugin_manager import PluginHost
+from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from core.store.commitlog import CommitLog, LogRecovery
+from core.store.consume_queue import ConsumeQueueTable
+from core.store.dispatch import DispatchRequest
+from core.store.key_index import KeyIndex, key_hash
+from core.store.mapped_file import MappedFile
+from core.store.retention import disk_used_ratio, expired_segments
+from formats.archive import archive_segment
+from formats.consume_queue import CQEntry
+from formats.errors import RecordError
+from formats.record import MessageRecord, decode_record, encode_record, is_blank
+from formats.properties import KEYS as KEYS_PROPERTY
+from formats.properties import TAGS as TAGS_PROPERTY
+from formats.properties import UNIQ_KEY as UNIQ_KEY_PROPERTY
+from formats.sysflag import TRANSACTION_PREPARED as TRANSACTION_HALF_BIT
+from formats.tags import tags_code
+
+log = logging.getLogger(__name__)
+
+LARGE_READ_BYTES = 64 * 1024
+DISPATCH_BATCH_MAX = 1024
+ABORT_FILE = "abort"
+CHECKPOINT_FILE = "checkpoint"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PutResult(NamedTuple):
+    """Where a record went. ``flushed`` is False when a sync-flush wait timed out (the record
+    is stored all the same: RocketMQ's FLUSH_DISK_TIMEOUT)."""
+
+    phys_offset: int
+    queue_offset: int
+    size: int
+    store_timestamp: int
+    flushed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    clean_shutdown: bool
+    log: LogRecovery
+    redispatched: int
+
+
+@dataclass(slots=True)
+class StoreStatistics:
+    appended: int = 0
+    flushes: int = 0
+    checkpoints: int = 0
+    retired_segments: int = 0
+    refused_disk_full: int = 0
+
+
+class MessageStore:
+    """The store under ``root`` (``data_dir/<node>``)."""
+
+    def __init__(
+        self,
+        root: Path,
+        config: StoreConfig,
+        plugins: PluginHost | None = None,
+        *,
+        archive_dir: Path | None = None,
+    ) -> None:
+        self.root = root
+        self.config = config
+        self.plugins = plugins
+        self.archive_dir = archive_dir or root.parent / "archive" / root.name
+        self.commitlog = CommitLog(root / "commitlog", config.segment_size_bytes)
+        self.queues = ConsumeQueueTable(root / "consumequeue", config.cq_entries_per_file)
+        self.index = KeyIndex(root / "index", config.index_slots, config.index_entries)
+        self.reput_offset = 0
+        self.stats = StoreStatistics()
+        self._disk_full: str | None = None
+        self._refusal: str | None = "the store is not open"  # None while writes are allowed
+        self._body_size_max = config.message_size_bytes_max
+        self._index_enabled = config.index_enabled
+        self._pending: list[tuple[MessageRecord, int, int, int, int]] = []
+        self._dispatch_wanted = trio.Event()
+        self._prefault_half_window = config.prefault_window_bytes // 2
+        self._open = False
+        self._notify_dispatch = False
+        self._last_store_ts = 0
+        self._last_dispatch_ts = 0
+        # Group commit: every waiter of a round shares the event of the flush that starts next.
+        self._next_round_done = trio.Event()
+        self._flush_waiters = 0
+        self._round_in_flight: trio.Event | None = None
+        self._round_started: float | None = None
+        self._flush_wanted = trio.Event()
+        self._prefault_wanted = trio.Event()
+        self._populated_until = 0
+        self._prefault_ok = config.prefault_window_bytes > 0
+
+    # ---------------------------------------------------------------- opening and recovery
+
+    def open(self) -> RecoveryReport:
+        """Recover the store from disk (blocking; runs before serving)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        abort = self.root / ABORT_FILE
+        clean = not abort.exists()
+        checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
+        log_recovery = self.commitlog.recover(checkpoint, cut_damage=self.config.recover_cut_damage)
+        end = log_recovery.end
+        self.queues.recover(end)
+        if self.config.index_enabled:
+            self.index.recover(end)
+        start = self.commitlog.min_offset
+        if checkpoint is not None:
+            start = max(start, min(checkpoint.dispatched_offset, end))
+        self.reput_offset = start
+        redispatched = self._catch_up()
+        abort.touch()
+        self._open = True
+        self._refusal = None
+        self._notify_dispatch = self.plugins is not None and self.plugins.listens_to_dispatch()
+        self._update_disk_state()
+        return RecoveryReport(clean, log_recovery, redispatched)
+
+    def _catch_up(self) -> int:
+        """Dispatch every record between the reput cursor and the end of the log."""
+        count = 0
+        log_ = self.commitlog
+        while self.reput_offset < log_.write_offset:
+            seg = log_.segment_of(self.reput_offset)
+            if seg is None:
+                raise StoreCorruptError("reput cursor outside the log", offset=self.reput_offset)
+            pos = self.reput_offset - seg.start
+            if is_blank(seg.view, pos):
+                self.reput_offset = seg.end
+                continue
+            try:
+                rec = decode_record(seg.view, pos, limit=min(seg.size, log_.write_offset - seg.start),
+                                    check_crc=False, with_body=False)
+            except RecordError as exc:
+                raise StoreCorruptError(f"cannot dispatch: {exc.reason}", seg.path,
+                                        self.reput_offset) from exc
+            req = DispatchRequest.of(rec, self.reput_offset, rec.total_size)
+            self._dispatch(req)
+            self.reput_offset += rec.total_size
+            count += 1
+        return count
+
+    # ---------------------------------------------------------------- writing
+
+    def put(self, rec: MessageRecord) -> PutResult:
+        """Append ``rec``; its queue offset, physical offset and store time are assigned here.
+
+        Does not wait for the disk. Dispatch to the ConsumeQueues and the key index follows in
+        batches (on the next yield to the loop, or at once when the batch is full); readers of
+        this store always dispatch first, so they see every record put before.
+        """
+        if self._refusal is not None:
+            self._refuse()
+        if len(rec.body) > self._body_size_max:
+            raise MessageTooLargeError(
+                f"body of {len(rec.body)} bytes is over the {self._body_size_max}-byte limit"
+            )
+        buf = encode_record(rec)
+        # Every allocation (queue file, index file, segment) happens before the append, so a
+        # full disk leaves the store as it was.
+        cq = None
+        queue_offset = 0
+        if not rec.sysflag & TRANSACTION_HALF_BIT:
+            cq = self.queues.queues.get((rec.topic, rec.queue_id))
+            if cq is None:
+                cq = self.queues.get_or_create(rec.topic, rec.queue_id)
+            queue_offset = cq.assigned
+            if queue_offset >= cq.room_end:
+                cq.ensure_room(queue_offset)
+        reserved = 0
+        if self._index_enabled:
+            props = rec.properties
+            keys = props.get(KEYS_PROPERTY)
+            reserved = (len(keys.split()) if keys else 0) + (UNIQ_KEY_PROPERTY in props)
+            if reserved:
+                self.index.reserve(reserved)
+        stamp = time.time_ns() // 1_000_000
+        try:
+            phys = self.commitlog.append(buf, queue_offset, stamp)
+        except BaseException:
+            self.index.reserved -= reserved
+            raise
+        if cq is not None:
+            cq.assigned = queue_offset + 1
+        size = len(buf)
+        self._last_store_ts = stamp
+        pending = self._pending
+        pending.append((rec, phys, size, queue_offset, stamp))
+        if len(pending) == 1:
+            self._dispatch_wanted.set()
+        elif len(pending) >= DISPATCH_BATCH_MAX:
+            self.dispatch_pending()
+        if self._populated_until - phys < self._prefault_half_window:
+            self._prefault_wanted.set()
+        return PutResult(phys, queue_offset, size, stamp)
+
+    def _refuse(self) -> None:
+        if not self._open:
+            raise StoreClosedError("the store is not open")
+        self.stats.refused_disk_full += 1
+        raise DiskFullError(self._refusal or "refused")
+
+    def dispatch_pending(self) -> int:
+        """Write the queue and index entries of every record put but not yet dispatched."""
+        pending = self._pending
+        if not pending:
+            return 0
+        self._pending = []
+        queues = self.queues.queues
+        index_entries: list[tuple[int, int, int]] = []
+        indexing = self._index_enabled
+        for rec, phys, size, queue_offset, stamp in pending:
+            props = rec.properties
+            topic = rec.topic
+            if not rec.sysflag & TRANSACTION_HALF_BIT:
+                queues[(topic, rec.queue_id)].put_entry(
+                    queue_offset, phys, size, tags_code(props.get(TAGS_PROPERTY)))
+            if indexing:
+                keys = props.get(KEYS_PROPERTY)
+                if keys:
+                    index_entries.extend((key_hash(topic, k), phys, stamp) for k in keys.split())
+                uniq = props.get(UNIQ_KEY_PROPERTY)
+                if uniq:
+                    index_entries.append((key_hash(topic, uniq), phys, stamp))
+        self.index.put_many(index_entries)
+        last = pending[-1]
+        self.reput_offset = last[1] + last[2]
+        self._last_dispatch_ts = last[4]
+        if self._notify_dispatch and self.plugins is not None:
+            requests = []
+            for rec, phys, size, queue_offset, stamp in pending:
+                requests.append(DispatchRequest.of(rec, phys, size)._replace(
+                    queue_offset=queue_offset, store_timestamp=stamp))
+            self.plugins.records_dispatched(self.root, requests)
+        return len(pending)
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            await self._dispatch_wanted.wait()
+            self._dispatch_wanted = trio.Event()
+            self.dispatch_pending()
+
+    async def put_durable(self, rec: MessageRecord) -> PutResult:
+        """:meth:`put`, then under sync flush wait for the group commit that covers it."""
+        result = self.put(rec)
+        if self.config.flush != "sync":
+            return result
+        flushed = await self.wait_flushed(result.phys_offset + result.size,
+                                          self.config.sync_flush_timeout_ms / 1000)
+        if flushed:
+            return result
+        return PutResult(result.phys_offset, result.queue_offset, result.size,
+                         result.store_timestamp, flushed=False)
+
+    async def wait_flushed(self, offset: int, timeout_s: float = math.inf) -> bool:
+        """Wait until the CommitLog is durable up to ``offset``; False on timeout.
+
+        Waiters share one event per flush round (no per-waiter cancel scope: that alone cost a
+        quarter of a sync append); a watchdog wakes them when a flush stalls, so each checks
+        its own deadline.
+        """
+        log_ = self.commitlog
+        if log_.flushed_offset >= offset:
+            return True
+        deadline = trio.current_time() + timeout_s
+        while self._flush_waiters >= self.config.sync_flush_waiters_max:
+            await self._next_round_done.wait()  # bounded: wait for a round to drain
+            if trio.current_time() >= deadline:
+                return False
+        self._flush_waiters += 1
+        try:
+            while log_.flushed_offset < offset and self._open:
+                self._flush_wanted.set()
+                await self._next_round_done.wait()
+                if trio.current_time() >= deadline:
+                    break
+        finally:
+            self._flush_waiters -= 1
+        return log_.flushed_offset >= offset
+
+    async def _flush_watchdog(self) -> None:
+        """Wake flush waiters now and then while a flush is stalled, so timeouts fire."""
+        period = self.config.sync_flush_timeout_ms / 1000 / 4
+        while True:
+            await trio.sleep(period)
+            started = self._round_started
+            if self._flush_waiters and started is not None and trio.current_time() - started >= period:
+                if self._round_in_flight is not None:
+                    self._round_in_flight.set()
+                stale, self._next_round_done = self._next_round_done, trio.Event()
+                stale.set()
+
+    def _dispatch(self, req: DispatchRequest) -> None:
+        """Dispatch one record found by scanning the log (recovery and catch-up)."""
+        if req.to_consume_queue:
+            self.queues.get_or_create(req.topic, req.queue_id).put(req)
+        if self._index_enabled and not self.index.indexed_below(req.phys_offset):
+            keys = [*req.keys, *([req.uniq_key] if req.uniq_key else [])]
+            self.index.reserve(len(keys))
+            self.index.put_many([(key_hash(req.topic, k), req.phys_offset, req.store_timestamp)
+                                 for k in keys])
+        self._last_dispatch_ts = req.store_timestamp
+        if self._notify_dispatch and self.plugins is not None:
+            self.plugins.records_dispatched(self.root, (req,))
+
+    # ---------------------------------------------------------------- reading
+
+    def read_record(self, phys_offset: int) -> MessageRecord:
+        return self.commitlog.read_record(phys_offset)
+
+    async def read_bytes(self, phys_offset: int, size: int) -> bytes:
+        """Raw CommitLog bytes; large reads go through a worker thread so a cold page-in does
+        not stall the loop."""
+        if size < LARGE_READ_BYTES:
+            return self.commitlog.read(phys_offset, size)
+        seg = self.commitlog.segment_of(phys_offset)
+        if seg is None or phys_offset + size > self.commitlog.write_offset:
+            raise KeyError(phys_offset)
+        return await trio.to_thread.run_sync(seg.pread, phys_offset - seg.start, size)
+
+    def queue_entries(self, topic: str, queue_id: int, offset: int, count: int) -> list[tuple[int, CQEntry]]:
+        self.dispatch_pending()
+        cq = self.queues.get(topic, queue_id)
+        return [] if cq is None else list(cq.entries(offset, count))
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        self.dispatch_pending()
+        cq = self.queues.get(topic, queue_id)
+        return 0 if cq is None else cq.max_offset
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        self.dispatch_pending()
+        cq = self.queues.get(topic, queue_id)
+        return 0 if cq is None else cq.min_offset
+
+    def query_by_key(self, topic: str, key: str, limit: int = 32, begin_ts: int = 0,
+                     end_ts: int = 2**62) -> list[MessageRecord]:
+        """Records of ``topic`` whose KEYS or UNIQ_KEY is ``key``, newest first."""
+        self.dispatch_pending()
+        out: list[MessageRecord] = []
+        for phys in self.index.lookup(topic, key, limit * 2, begin_ts, end_ts):
+            if phys < self.commitlog.min_offset:
+                continue
+            try:
+                rec = self.commitlog.read_record(phys)
+            except (KeyError, RecordError):
+                continue  # stale entry (cut tail) or hash collision with garbage
+            if rec.topic == topic and (key in rec.keys or rec.uniq_key == key):
+                out.append(rec)
+            if len(out) >= limit:
+                break
+        return out
+
+    # ---------------------------------------------------------------- background work
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the flush, checkpoint, retention, disk and pre-fault tasks until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flush_loop)
+            nursery.start_soon(self._dispatch_loop)
+            if self.config.flush == "sync":
+                nursery.start_soon(self._flush_watchdog)
+            nursery.start_soon(self._checkpoint_loop)
+            nursery.start_soon(self._maintenance_loop)
+            if self._prefault_ok:
+                nursery.start_soon(self._prefault_loop)
+            task_status.started()
+
+    async def flush(self) -> None:
+        """Make every appended CommitLog byte durable."""
+        done, self._next_round_done = self._next_round_done, trio.Event()
+        self._round_in_flight = done
+        self._round_started = trio.current_time()
+        target = self.commitlog.write_offset
+        try:
+            if target > self.commitlog.flushed_offset:
+                segments = self.commitlog.segments_between(self.commitlog.flushed_offset, target)
+                await trio.to_thread.run_sync(_sync_all, segments)
+                self.commitlog.flushed_offset = max(self.commitlog.flushed_offset, target)
+                self.stats.flushes += 1
+        finally:
+            self._round_in_flight = None
+            self._round_started = None
+            done.set()
+
+    async def _flush_loop(self) -> None:
+        interval = self.config.flush_interval_ms / 1000
+        while True:
+            if self.config.flush == "sync":
+                await self._flush_wanted.wait()
+                self._flush_wanted = trio.Event()
+            else:
+                with trio.move_on_after(interval):
+                    await self._flush_wanted.wait()
+                self._flush_wanted = trio.Event()
+            await self.flush()
+
+    async def checkpoint(self) -> None:
+        """Flush the queues and the index, then record how far everything is durable."""
+        self.dispatch_pending()
+        dispatched = self.reput_offset
+        files = self.queues.dirty_files() + self.index.dirty_files()
+        await trio.to_thread.run_sync(_sync_all, files)
+        point = Checkpoint(
+            physic_msg_timestamp=self._last_store_ts,
+            logics_msg_timestamp=self._last_dispatch_ts,
+            index_msg_timestamp=self._last_dispatch_ts,
+            commitlog_flushed_offset=self.commitlog.flushed_offset,
+            dispatched_offset=min(dispatched, self.commitlog.flushed_offset)
+            if self.config.flush == "sync" else dispatched,
+        )
+        await trio.to_thread.run_sync(write_checkpoint, self.root / CHECKPOINT_FILE, point)
+        self.stats.checkpoints += 1
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.checkpoint_interval_ms / 1000)
+            await self.checkpoint()
+
+    async def _maintenance_loop(self) -> None:
+        next_retention = trio.current_time()
+        while True:
+            self._update_disk_state()
+            if trio.current_time() >= next_retention:
+                await self.apply_retention()
+                next_retention = trio.current_time() + self.config.retention_check_interval_ms / 1000
+            await trio.sleep(self.config.disk_check_interval_ms / 1000)
+
+    def _update_disk_state(self) -> None:
+        ratio = disk_used_ratio(self.root)
+        limit = self.config.disk_max_used_ratio
+        if ratio > limit:
+            if self._disk_full is None:
+                log.error("disk %.1f%% used, above the %.1f%% limit: refusing writes", ratio * 100, limit * 100)
+            self._disk_full = (
+                f"disk {ratio:.1%} used, above the {limit:.1%} limit (store.disk_max_used_ratio): "
+                "writes refused, reads still served"
+            )
+        else:
+            self._disk_full = None
+        if self._open:
+            self._refusal = self._disk_full
+
+    async def apply_retention(self, now: float | None = None) -> list[Path]:
+        """Delete (or archive, then delete) segments past the retention time; drop queue and
+        index files that only point below the new start of the log."""
+        retired: list[Path] = []
+        for seg in expired_segments(self.commitlog.files.files, self.commitlog.flushed_offset,
+                                    self.config.retention_hours, now):
+            archive = None
+            if self.config.archive:
+                archive = await trio.to_thread.run_sync(archive_segment, seg.path, self.archive_dir)
+            self.commitlog.files.drop_first()
+            retired.append(seg.path)
+            self.stats.retired_segments += 1
+            log.info("retired segment %s%s", seg.path, f" (archived to {archive})" if archive else "")
+            if self.plugins is not None:
+                self.plugins.segment_retired(seg.path, archive)
+        if retired:
+            low = self.commitlog.min_offset
+            self.queues.delete_below(low)
+            self.index.delete_below(low)
+            self.reput_offset = max(self.reput_offset, low)
+        return retired
+
+    async def _prefault_loop(self) -> None:
+        window = self.config.prefault_window_bytes
+        while True:
+            await self._prefault_wanted.wait()
+            self._prefault_wanted = trio.Event()
+            seg = self.commitlog.segment_of(self.commitlog.write_offset)
+            if seg is None:
+                continue
+            lo = max(self.commitlog.write_offset, self._populated_until, seg.start)
+            hi = min(self.commitlog.write_offset + window, seg.end)
+            if hi > lo:
+                ok = await trio.to_thread.run_sync(seg.populate, lo - seg.start, hi - lo)
+                if not ok:
+                    log.info("page pre-faulting unsupported here; appends take their own faults")
+                    return
+            self._populated_until = hi if hi < seg.end else seg.end
+
+    # ---------------------------------------------------------------- closing
+
+    async def close(self) -> None:
+        """Flush everything, write the checkpoint, mark a clean shutdown and unmap."""
+        if not self._open:
+            return
+        with trio.CancelScope(shield=True):
+            self.dispatch_pending()
+            await self.flush()
+            await self.checkpoint()
+            self._open = False
+            self._refusal = "the store is closed"
+            self._next_round_done.set()
+            self.commitlog.close()
+            self.queues.close()
+            self.index.close()
+            (self.root / ABORT_FILE).unlink(missing_ok=True)
+
+
+def _sync_all(files: list[MappedFile]) -> None:
+    for mf in files:
+        if not mf.closed:
+            mf.sync()
+
+
+@contextlib.asynccontextmanager
+async def open_message_store(
+    root: Path, config: StoreConfig, plugins: PluginHost | None = None, **kwargs: object
+) -> AsyncIterator[MessageStore]:
+    """Open (recover) a store, run its background tasks, and close it cleanly on exit."""
+    store = MessageStore(root, config, plugins, **kwargs)  # type: ignore[arg-type]
+    await trio.to_thread.run_sync(store.open)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.serve)
+            try:
+                yield store
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        await store.close()
+
+
+@contextlib.contextmanager
+def opened_store(root: Path, config: StoreConfig) -> Iterator[MessageStore]:
+    """A recovered store for synchronous tools (no background tasks); closed without flushing
+    the CommitLog beyond what recovery did. For tests and offline repair."""
+    store = MessageStore(root, config)
+    store.open()
+    try:
+        yield store
+    finally:
+        trio.run(store.close)
