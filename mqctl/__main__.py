@@ -1,0 +1,3 @@
+from mqctl.main import main
+
+main()

@@ -1,0 +1,71 @@
+"""The ``mqctl`` command: one sub-app per noun, composed here."""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from core.errors import CoreError
+from mqctl.bench import bench_app
+from mqctl.dump import dump
+from mqctl.errors import CliError
+
+DEFAULT_CONFIG = Path("conf.toml")
+
+app = typer.Typer(
+    name="mqctl",
+    help="A RocketMQ-compatible message broker and its operations toolkit.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("dump")(dump)
+app.add_typer(bench_app, name="bench")
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            typer.echo(version("mqctl"))
+        except PackageNotFoundError:
+            typer.echo("unknown")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    config: Annotated[Path, typer.Option("--config", "-c", help="The cluster's conf.toml.", envvar="MQCTL_CONFIG")] = DEFAULT_CONFIG,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")] = False,
+    show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    ctx.obj = {"config": config}
+
+
+def main() -> None:
+    """Console entry point: domain errors become one clear line and an exit code."""
+    try:
+        app(standalone_mode=False)
+    except CliError as exc:
+        typer.echo(f"mqctl: {exc}", err=True)
+        raise SystemExit(exc.exit_code) from None
+    except CoreError as exc:
+        typer.echo(f"mqctl: {exc}", err=True)
+        raise SystemExit(2) from None
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        typer.echo("Aborted.", err=True)
+        raise SystemExit(1) from None
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        raise
