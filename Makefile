@@ -21,8 +21,11 @@ DEMO := .mqctl/demo
 # Until the broker lands, `make run` shows the store: write records, dump them, verify them.
 run: install
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
-	$(BIN)/mqctl bench store --records 2000 --sync-records 500 --rounds 1 --dir $(DEMO) --keep
+	@echo "== writing 2,000 records into a store under $(DEMO)"
+	@$(BIN)/mqctl bench store --records 2000 --sync-records 500 --rounds 1 --dir $(DEMO) --keep > /dev/null
+	@echo "== its first records"
 	$(BIN)/mqctl dump $$(ls -d $(DEMO)/mqctl-bench-*/round-0/async/commitlog) --limit 5
+	@echo "== every record verified"
 	$(BIN)/mqctl dump $$(ls -d $(DEMO)/mqctl-bench-*/round-0/async/commitlog) --verify
 
 test: install

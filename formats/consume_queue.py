@@ -16,6 +16,8 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from formats.buffers import ReadableBytes, WritableBytes
+
 CQ_ENTRY_SIZE = 20
 CQ_ENTRIES_PER_FILE = 300_000
 PAD_SIZE = 0x7FFFFFFF
@@ -42,15 +44,15 @@ def encode_cq_entry(phys_offset: int, size: int, tags_code: int) -> bytes:
     return _ENTRY.pack(phys_offset, size, tags_code)
 
 
-def decode_cq_entry(buf: bytes | bytearray | memoryview, pos: int = 0) -> CQEntry:
+def decode_cq_entry(buf: bytes | WritableBytes, pos: int = 0) -> CQEntry:
     return CQEntry(*_ENTRY.unpack_from(buf, pos))
 
 
-def pack_cq_entry_into(buf: bytearray | memoryview, pos: int, phys: int, size: int, tags: int) -> None:
+def pack_cq_entry_into(buf: WritableBytes, pos: int, phys: int, size: int, tags: int) -> None:
     _ENTRY.pack_into(buf, pos, phys, size, tags)
 
 
-def iter_cq_entries(buf: bytes | bytearray | memoryview, first_index: int = 0) -> Iterator[tuple[int, CQEntry]]:
+def iter_cq_entries(buf: ReadableBytes, first_index: int = 0) -> Iterator[tuple[int, CQEntry]]:
     """``(logical offset, entry)`` for each written entry, stopping at the first unwritten one."""
     for i in range(len(buf) // CQ_ENTRY_SIZE):
         entry = decode_cq_entry(buf, i * CQ_ENTRY_SIZE)

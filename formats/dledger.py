@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from formats.buffers import WritableBytes
 from formats.errors import FormatError
 
 MAGIC_NORMAL = 1
@@ -44,7 +45,7 @@ class DLedgerHeader(NamedTuple):
 
     magic: int
     size: int
-    index: int
+    raft_index: int
     term: int
     pos: int
     channel: int
@@ -54,10 +55,12 @@ class DLedgerHeader(NamedTuple):
 
 
 class DLedgerIndexEntry(NamedTuple):
+    """One 32-byte entry of the DLedger index file."""
+
     magic: int
     pos: int
     size: int
-    index: int
+    raft_index: int
     term: int
 
 
@@ -68,7 +71,7 @@ def encode_entry(index: int, term: int, pos: int, body: bytes, *, magic: int = M
     return _HEADER.pack(magic, size, index, term, pos, channel, 0, 0, len(body)) + body
 
 
-def decode_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> DLedgerHeader:
+def decode_header(buf: bytes | WritableBytes, pos: int = 0) -> DLedgerHeader:
     """The header at ``pos``; raises :class:`FormatError` when it is not a consistent entry."""
     if len(buf) - pos < HEADER_SIZE:
         raise FormatError(f"truncated DLedger header at {pos}")
@@ -84,11 +87,11 @@ def encode_padding(remaining: int) -> bytes:
     return _PADDING.pack(PADDING_MAGIC, remaining)
 
 
-def is_padding(buf: bytes | bytearray | memoryview, pos: int = 0) -> bool:
+def is_padding(buf: bytes | WritableBytes, pos: int = 0) -> bool:
     return len(buf) - pos >= 8 and _PADDING.unpack_from(buf, pos)[0] == PADDING_MAGIC
 
 
-def looks_like_entry(buf: bytes | bytearray | memoryview, pos: int = 0) -> bool:
+def looks_like_entry(buf: bytes | WritableBytes, pos: int = 0) -> bool:
     """Cheap test used to tell a DLedger data file from a classic CommitLog segment."""
     if len(buf) - pos < HEADER_SIZE:
         return False
@@ -100,5 +103,5 @@ def encode_index_entry(entry: DLedgerIndexEntry) -> bytes:
     return _INDEX.pack(*entry)
 
 
-def decode_index_entry(buf: bytes | bytearray | memoryview, pos: int = 0) -> DLedgerIndexEntry:
+def decode_index_entry(buf: bytes | WritableBytes, pos: int = 0) -> DLedgerIndexEntry:
     return DLedgerIndexEntry(*_INDEX.unpack_from(buf, pos))

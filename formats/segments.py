@@ -39,7 +39,8 @@ SEGMENT_NAME_DIGITS = 20
 _SEGMENT_NAME = re.compile(r"^(\d{20})(\.zst)?$")
 _ZERO_CHUNK = 1 << 20
 
-Buffer = bytes | bytearray | memoryview | mmap.mmap
+# Segment contents as read: whole files, maps and spools (all support .find).
+Buffer = bytes | bytearray | mmap.mmap
 
 
 def segment_name(start_offset: int) -> str:
@@ -228,6 +229,7 @@ def scan_segment(
         try:
             header, rec, rec_pos = _decode_at(buf, pos, wrapped, check_crc, with_body)
             if rec is None:  # a DLedger NOOP or config entry: no message inside
+                assert header is not None
                 pos += header.size
                 continue
             if base is None:

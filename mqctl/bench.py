@@ -155,7 +155,7 @@ def bench_store(
             shutil.rmtree(base, ignore_errors=True)
     baseline, asynch, sync = median(raw_runs), median(async_runs), median(sync_runs)
     ratio = asynch.mb_per_s / baseline.mb_per_s
-    round_ratios = [round(a.mb_per_s / b.mb_per_s, 2) for a, b in zip(async_runs, raw_runs)]
+    round_ratios = [round(a.mb_per_s / b.mb_per_s, 2) for a, b in zip(async_runs, raw_runs, strict=True)]
 
     def row(m: Measurement) -> dict[str, object]:
         return asdict(m) | {"mb_per_s": round(m.mb_per_s, 1), "records_per_s": round(m.records_per_s)}

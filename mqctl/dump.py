@@ -14,11 +14,12 @@ from mqctl.dump_source import SourceKind, classify, commitlog_rows, consume_queu
 from mqctl.errors import DamageFound
 from mqctl.options import JsonOutput
 
-TABLE_COLUMNS = (
+Columns = tuple[tuple[str, int], ...]
+TABLE_COLUMNS: Columns = (
     ("offset", 12), ("size", 6), ("topic", 18), ("queue_id", 3), ("queue_offset", 8),
     ("store_time", 23), ("tags", 10), ("keys", 16), ("body_size", 7),
 )
-CQ_COLUMNS = (("queue_offset", 10), ("phys_offset", 14), ("size", 6), ("tags_code", 12))
+CQ_COLUMNS: Columns = (("queue_offset", 10), ("phys_offset", 14), ("size", 6), ("tags_code", 12))
 
 
 def dump(
@@ -67,7 +68,7 @@ def dump(
         printed += 1
         typer.echo(json.dumps(row) if as_json else _line(row, columns))
     if verify:
-        summary = {"records": records, "damaged_ranges": damaged, "damaged_bytes": damaged_bytes,
+        summary: dict[str, Any] = {"records": records, "damaged_ranges": damaged, "damaged_bytes": damaged_bytes,
                    "ok": damaged == 0}
         if first_damage is not None:
             summary["first_damage"] = first_damage
@@ -86,13 +87,14 @@ def _header(columns: tuple[tuple[str, int], ...]) -> str:
 def _line(row: dict[str, Any], columns: tuple[tuple[str, int], ...]) -> str:
     cells = []
     for name, width in columns:
+        value: str
         if name == "store_time":
             value = dt.datetime.fromtimestamp(row["store_timestamp"] / 1000).isoformat(sep=" ", timespec="milliseconds")
         elif name == "keys":
             value = " ".join(row["keys"])
         else:
-            value = row.get(name)
-            value = "" if value is None else str(value)
+            raw = row.get(name)
+            value = "" if raw is None else str(raw)
         if len(value) > width:
             value = value[: width - 1] + "…"
         cells.append(value.ljust(width))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
-import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +13,16 @@ from formats.consume_queue import CQ_ENTRY_SIZE, decode_cq_entry
 from formats.errors import FormatError, RecordError
 from formats.msgid import encode_offset_msg_id
 from formats.record import decode_record
-from formats.segments import Damage, RecordAt, parse_segment_name, scan_log
+from formats.segments import (
+    Buffer,
+    Damage,
+    RecordAt,
+    default_archive_dirs,
+    find_segments,
+    open_segment,
+    parse_segment_name,
+    scan_log,
+)
 from formats.sysflag import compression_type
 from mqctl.errors import CliError
 
@@ -56,7 +65,7 @@ def record_row(item: RecordAt, *, with_body: bool) -> dict[str, Any]:
         "properties": rec.properties,
     }
     if item.entry is not None:
-        row["raft_index"] = item.entry.index
+        row["raft_index"] = item.entry.raft_index
         row["raft_term"] = item.entry.term
     if with_body:
         try:
@@ -151,24 +160,23 @@ def consume_queue_rows(path: Path, from_offset: int, *, verify: bool) -> Iterato
 
 
 class _LogReader:
-    """Reads single records from a CommitLog directory by physical offset."""
+    """Reads single records from a CommitLog (segments and archives) by physical offset."""
 
     def __init__(self, log_dir: Path) -> None:
-        self._files = sorted(
-            (start, p) for p in log_dir.iterdir() if (start := parse_segment_name(p.name)) is not None
-            and not p.name.endswith(".zst")
-        )
-        self._open: dict[Path, tuple[Any, mmap.mmap]] = {}
+        self._sources = [src for src in find_segments(log_dir, default_archive_dirs(log_dir))
+                         if src.start is not None]
+        self._stack = contextlib.ExitStack()
+        self._open: dict[Path, Buffer] = {}
 
     def check(self, phys: int, size: int, topic: str | None, queue_id: int | None, index: int) -> str | None:
-        candidates = [(s, p) for s, p in self._files if s <= phys]
+        candidates = [src for src in self._sources if src.start is not None and src.start <= phys]
         if not candidates:
             return "points below the CommitLog"
-        start, p = candidates[-1]
-        if p not in self._open:
-            fh = open(p, "rb")
-            self._open[p] = (fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
-        view = self._open[p][1]
+        src = candidates[-1]
+        if src.path not in self._open:
+            self._open[src.path] = self._stack.enter_context(open_segment(src))
+        view = self._open[src.path]
+        start = src.start or 0
         try:
             rec = decode_record(view, phys - start, limit=min(len(view), phys - start + size))
         except RecordError as exc:
@@ -181,6 +189,4 @@ class _LogReader:
         return None
 
     def close(self) -> None:
-        for fh, view in self._open.values():
-            view.close()
-            fh.close()
+        self._stack.close()

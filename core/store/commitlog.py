@@ -14,7 +14,14 @@ from pathlib import Path
 from core.errors import MessageTooLargeError, StoreCorruptError
 from core.store.checkpoint import Checkpoint
 from core.store.mapped_file import MappedFile, MappedFileQueue
-from formats.record import BLANK_SIZE, MessageRecord, decode_record, encode_blank, patch_store_fields
+from formats.record import (
+    BLANK_SIZE,
+    MessageRecord,
+    PreparedRecord,
+    decode_record,
+    encode_blank,
+    write_record,
+)
 from formats.segments import (
     Damage,
     RecordAt,
@@ -137,21 +144,21 @@ class CommitLog:
         self.files.files = keep
         return cut
 
-    def append(self, buf: bytearray, queue_offset: int, store_timestamp: int) -> int:
-        """Append an encoded record, filling in its store fields; returns its offset.
+    def append(self, rec: MessageRecord, prep: PreparedRecord, queue_offset: int,
+               store_timestamp: int) -> int:
+        """Encode ``rec`` straight into the mapped segment; returns its offset.
 
         When the record does not fit the current segment, the next one is created first and
         only then is the current one closed with a BLANK: a full disk changes nothing.
         """
-        size = len(buf)
+        size = prep[0]
         seg = self._tail
         if seg is None or not (seg.start <= self.write_offset
                                and self.write_offset - seg.start + size + BLANK_SIZE <= seg.size):
             seg = self._roll(size)
-        pos = self.write_offset - seg.start
         phys = self.write_offset
-        patch_store_fields(buf, queue_offset, phys, store_timestamp)
-        seg.write(pos, buf)
+        write_record(seg.view, phys - seg.start, rec, prep, queue_offset, phys, store_timestamp)
+        seg.dirty = True
         self.write_offset = phys + size
         return phys
 

@@ -27,12 +27,15 @@ These files are read only by this store.
 from __future__ import annotations
 
 import functools
+import logging
 import struct
 import time
 import zlib
 from pathlib import Path
 
 from core.store.mapped_file import MappedFile
+
+log = logging.getLogger(__name__)
 
 HEADER_SIZE = 40
 SLOT_SIZE = 4
@@ -194,8 +197,12 @@ class KeyIndex:
         for child in sorted(self.directory.iterdir()):
             if not (child.is_file() and child.name.isdigit()):
                 continue
-            if child.stat().st_size != self.file_size:
-                child.unlink()  # a file from an interrupted creation or another geometry
+            size = child.stat().st_size
+            if size == 0:
+                child.unlink()  # its creation was interrupted
+                continue
+            if size != self.file_size:
+                log.warning("index file %s was made with another slot/entry geometry; ignored", child)
                 continue
             ix = IndexFile(MappedFile(child, self.file_size, 0, create=False), self.slots,
                            self.entries)
@@ -228,10 +235,11 @@ class KeyIndex:
     def reserve(self, count: int) -> None:
         """Reserve room for the entries of a record put but not yet dispatched (they will go
         to the newest file, created here when it is too full)."""
-        self.reserved += count
-        if self.reserved > self._room:
-            self.ensure_room(self.reserved)
+        wanted = self.reserved + count
+        if wanted > self._room:
+            self.ensure_room(wanted)  # may raise DiskFullError: nothing reserved then
             self._room = self.files[-1].room()
+        self.reserved = wanted
 
     def put_many(self, entries: list[tuple[int, int, int]]) -> None:
         """Index ``(hash, phys, store_ts)`` entries reserved with :meth:`reserve`."""

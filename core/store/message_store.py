@@ -18,17 +18,23 @@ import math
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 import trio
 
 from core.config import StoreConfig
-from core.errors import DiskFullError, MessageTooLargeError, StoreClosedError, StoreCorruptError
+from core.errors import (
+    DiskFullError,
+    MessageTooLargeError,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+)
 from core.plugin_manager import PluginHost
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import CommitLog, LogRecovery
-from core.store.consume_queue import ConsumeQueueTable
+from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from core.store.dispatch import DispatchRequest
 from core.store.key_index import KeyIndex, key_hash
 from core.store.mapped_file import MappedFile
@@ -36,10 +42,10 @@ from core.store.retention import disk_used_ratio, expired_segments
 from formats.archive import archive_segment
 from formats.consume_queue import CQEntry
 from formats.errors import RecordError
-from formats.record import MessageRecord, decode_record, encode_record, is_blank
 from formats.properties import KEYS as KEYS_PROPERTY
 from formats.properties import TAGS as TAGS_PROPERTY
 from formats.properties import UNIQ_KEY as UNIQ_KEY_PROPERTY
+from formats.record import MessageRecord, decode_record, is_blank, prepare_record
 from formats.sysflag import TRANSACTION_PREPARED as TRANSACTION_HALF_BIT
 from formats.tags import tags_code
 
@@ -104,9 +110,11 @@ class MessageStore:
         self.stats = StoreStatistics()
         self._disk_full: str | None = None
         self._refusal: str | None = "the store is not open"  # None while writes are allowed
+        self._flush_failed = False
         self._body_size_max = config.message_size_bytes_max
         self._index_enabled = config.index_enabled
-        self._pending: list[tuple[MessageRecord, int, int, int, int]] = []
+        # (record, its queue or None, phys offset, size, queue offset, store time)
+        self._pending: list[tuple[MessageRecord, ConsumeQueue | None, int, int, int, int]] = []
         self._dispatch_wanted = trio.Event()
         self._prefault_half_window = config.prefault_window_bytes // 2
         self._open = False
@@ -187,7 +195,7 @@ class MessageStore:
             raise MessageTooLargeError(
                 f"body of {len(rec.body)} bytes is over the {self._body_size_max}-byte limit"
             )
-        buf = encode_record(rec)
+        prep = prepare_record(rec)
         # Every allocation (queue file, index file, segment) happens before the append, so a
         # full disk leaves the store as it was.
         cq = None
@@ -208,16 +216,16 @@ class MessageStore:
                 self.index.reserve(reserved)
         stamp = time.time_ns() // 1_000_000
         try:
-            phys = self.commitlog.append(buf, queue_offset, stamp)
+            phys = self.commitlog.append(rec, prep, queue_offset, stamp)
         except BaseException:
             self.index.reserved -= reserved
             raise
         if cq is not None:
             cq.assigned = queue_offset + 1
-        size = len(buf)
+        size = prep[0]
         self._last_store_ts = stamp
         pending = self._pending
-        pending.append((rec, phys, size, queue_offset, stamp))
+        pending.append((rec, cq, phys, size, queue_offset, stamp))
         if len(pending) == 1:
             self._dispatch_wanted.set()
         elif len(pending) >= DISPATCH_BATCH_MAX:
@@ -229,8 +237,10 @@ class MessageStore:
     def _refuse(self) -> None:
         if not self._open:
             raise StoreClosedError("the store is not open")
-        self.stats.refused_disk_full += 1
-        raise DiskFullError(self._refusal or "refused")
+        if self._refusal is self._disk_full:
+            self.stats.refused_disk_full += 1
+            raise DiskFullError(self._refusal)
+        raise StoreError(self._refusal or "writes refused")
 
     def dispatch_pending(self) -> int:
         """Write the queue and index entries of every record put but not yet dispatched."""
@@ -238,15 +248,13 @@ class MessageStore:
         if not pending:
             return 0
         self._pending = []
-        queues = self.queues.queues
         index_entries: list[tuple[int, int, int]] = []
         indexing = self._index_enabled
-        for rec, phys, size, queue_offset, stamp in pending:
+        for rec, cq, phys, size, queue_offset, stamp in pending:
             props = rec.properties
             topic = rec.topic
-            if not rec.sysflag & TRANSACTION_HALF_BIT:
-                queues[(topic, rec.queue_id)].put_entry(
-                    queue_offset, phys, size, tags_code(props.get(TAGS_PROPERTY)))
+            if cq is not None:
+                cq.put_entry(queue_offset, phys, size, tags_code(props.get(TAGS_PROPERTY)))
             if indexing:
                 keys = props.get(KEYS_PROPERTY)
                 if keys:
@@ -256,11 +264,11 @@ class MessageStore:
                     index_entries.append((key_hash(topic, uniq), phys, stamp))
         self.index.put_many(index_entries)
         last = pending[-1]
-        self.reput_offset = last[1] + last[2]
-        self._last_dispatch_ts = last[4]
+        self.reput_offset = last[2] + last[3]
+        self._last_dispatch_ts = last[5]
         if self._notify_dispatch and self.plugins is not None:
             requests = []
-            for rec, phys, size, queue_offset, stamp in pending:
+            for rec, _cq, phys, size, queue_offset, stamp in pending:
                 requests.append(DispatchRequest.of(rec, phys, size)._replace(
                     queue_offset=queue_offset, store_timestamp=stamp))
             self.plugins.records_dispatched(self.root, requests)
@@ -425,7 +433,15 @@ class MessageStore:
                 with trio.move_on_after(interval):
                     await self._flush_wanted.wait()
                 self._flush_wanted = trio.Event()
-            await self.flush()
+            try:
+                await self.flush()
+            except OSError as exc:
+                # After a failed fsync the kernel may have dropped the dirty pages: nothing
+                # written since can be promised durable. Refuse writes; waiters time out.
+                log.critical("store %s: flush failed, refusing writes: %s", self.root, exc)
+                self._flush_failed = True
+                self._refusal = f"flushing the CommitLog failed ({exc}); writes refused"
+                await trio.sleep(interval)
 
     async def checkpoint(self) -> None:
         """Flush the queues and the index, then record how far everything is durable."""
@@ -438,8 +454,7 @@ class MessageStore:
             logics_msg_timestamp=self._last_dispatch_ts,
             index_msg_timestamp=self._last_dispatch_ts,
             commitlog_flushed_offset=self.commitlog.flushed_offset,
-            dispatched_offset=min(dispatched, self.commitlog.flushed_offset)
-            if self.config.flush == "sync" else dispatched,
+            dispatched_offset=dispatched,
         )
         await trio.to_thread.run_sync(write_checkpoint, self.root / CHECKPOINT_FILE, point)
         self.stats.checkpoints += 1
@@ -447,7 +462,10 @@ class MessageStore:
     async def _checkpoint_loop(self) -> None:
         while True:
             await trio.sleep(self.config.checkpoint_interval_ms / 1000)
-            await self.checkpoint()
+            try:
+                await self.checkpoint()
+            except OSError as exc:  # the previous checkpoint stays valid; retry next period
+                log.error("store %s: checkpoint failed: %s", self.root, exc)
 
     async def _maintenance_loop(self) -> None:
         next_retention = trio.current_time()
@@ -470,7 +488,7 @@ class MessageStore:
             )
         else:
             self._disk_full = None
-        if self._open:
+        if self._open and not self._flush_failed:
             self._refusal = self._disk_full
 
     async def apply_retention(self, now: float | None = None) -> list[Path]:
@@ -481,7 +499,11 @@ class MessageStore:
                                     self.config.retention_hours, now):
             archive = None
             if self.config.archive:
-                archive = await trio.to_thread.run_sync(archive_segment, seg.path, self.archive_dir)
+                try:
+                    archive = await trio.to_thread.run_sync(archive_segment, seg.path, self.archive_dir)
+                except OSError as exc:  # keep the segment until it can be archived
+                    log.error("store %s: archiving %s failed: %s", self.root, seg.path, exc)
+                    break
             self.commitlog.files.drop_first()
             retired.append(seg.path)
             self.stats.retired_segments += 1
@@ -520,15 +542,24 @@ class MessageStore:
             return
         with trio.CancelScope(shield=True):
             self.dispatch_pending()
-            await self.flush()
-            await self.checkpoint()
+            try:
+                await self.flush()
+                await self.checkpoint()
+            except OSError as exc:  # e.g. no room for the checkpoint: recovery will redo it
+                log.error("store %s: final flush failed (%s); next start recovers", self.root, exc)
+                self._open = False
+                self._close_files()
+                return
             self._open = False
-            self._refusal = "the store is closed"
-            self._next_round_done.set()
-            self.commitlog.close()
-            self.queues.close()
-            self.index.close()
+            self._close_files()
             (self.root / ABORT_FILE).unlink(missing_ok=True)
+
+    def _close_files(self) -> None:
+        self._refusal = "the store is closed"
+        self._next_round_done.set()
+        self.commitlog.close()
+        self.queues.close()
+        self.index.close()
 
 
 def _sync_all(files: list[MappedFile]) -> None:

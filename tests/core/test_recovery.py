@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import StoreCorruptError
-from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from core.store.checkpoint import read_checkpoint, write_checkpoint
 from core.store.message_store import MessageStore, opened_store
 from formats.record import MessageRecord, encode_record
 from formats.segments import Damage, RecordAt, scan_log, segment_name

@@ -137,7 +137,7 @@ def test_dledger_wrapped_segments(tmp_path):
         (log_dir / segment_name(s)).write_bytes(bytes(data.ljust(seg_size, b"\0")))
     items = list(scan_log(log_dir))
     assert not damages(items)
-    got = [(r.offset, r.entry.index, r.record.body) for r in records(items)]
+    got = [(r.offset, r.entry.raft_index, r.record.body) for r in records(items)]
     assert got == expected
     assert all(r.record.phys_offset == r.offset for r in records(items))
 

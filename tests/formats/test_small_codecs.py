@@ -98,7 +98,7 @@ def test_cq_iteration_stops_at_unwritten_space():
 def test_dledger_header_round_trip(index, term, pos, body):
     raw = dledger.encode_entry(index, term, pos, body)
     header = dledger.decode_header(raw)
-    assert (header.index, header.term, header.pos, header.body_len, header.size) == (
+    assert (header.raft_index, header.term, header.pos, header.body_len, header.size) == (
         index, term, pos, len(body), 48 + len(body))
     assert raw[dledger.HEADER_SIZE:] == body
 

@@ -1,11 +1,9 @@
 """`mqctl dump` run as a real process against real store files."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
