@@ -42,3 +42,28 @@ class StoreCorruptError(StoreError):
         if offset is not None:
             where += f" at offset {offset}"
         super().__init__(f"{message}{where}")
+
+
+class RemotingError(CoreError):
+    """A remote call failed."""
+
+
+class RemotingTimeoutError(RemotingError):
+    """No response arrived in time."""
+
+
+class RemotingConnectError(RemotingError):
+    """The peer could not be reached."""
+
+
+class ConnectionClosedError(RemotingError):
+    """The connection closed before the response arrived."""
+
+
+class RpcRejected(RemotingError):
+    """A before-request hook refused a request; the peer gets ``code`` and ``remark``."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from core.remoting.command import RemotingCommand
+    from core.remoting.connection import Connection
     from core.store.dispatch import DispatchRequest
 
 PROJECT = "mqctl"
@@ -37,4 +39,24 @@ def mq_segment_retired(segment: Path, archive: Path | None) -> None:
     Called by the store's retention task after ``segment`` was deleted because it outlived the
     retention time; ``archive`` is the ``.zst`` copy when archiving is on, else ``None``.
     Return value ignored.
+    """
+
+
+@hookspec
+def mq_rpc_before_request(conn: Connection, request: RemotingCommand) -> None:
+    """A request arrived and is about to be processed.
+
+    Called on the event loop by every remoting connection (server and client side) before its
+    processor sees ``request``. Raise :class:`core.errors.RpcRejected` to refuse it: the peer
+    gets its code and remark and the processor never runs (ACL). Must be cheap. Return value
+    ignored; skipped entirely when no plugin implements it.
+    """
+
+
+@hookspec
+def mq_rpc_after_response(conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None:
+    """A response is about to be sent (server side) or has arrived (client side).
+
+    Called on the event loop with the request it answers (metrics, auditing). Must be cheap.
+    Return value ignored; skipped entirely when no plugin implements it.
     """

@@ -17,6 +17,8 @@ import pluggy
 from core import hookspecs
 
 if TYPE_CHECKING:
+    from core.remoting.command import RemotingCommand
+    from core.remoting.connection import Connection
     from core.store.dispatch import DispatchRequest
 
 ENTRY_POINT_GROUP = "mqctl.plugins"
@@ -73,3 +75,14 @@ class PluginHost:
 
     def segment_retired(self, segment: Path, archive: Path | None) -> None:
         self._pm.hook.mq_segment_retired(segment=segment, archive=archive)
+
+    def has_rpc_hooks(self) -> bool:
+        """Whether any plugin implements an RPC hook (connections skip the calls otherwise)."""
+        hook = self._pm.hook
+        return bool(hook.mq_rpc_before_request.get_hookimpls() or hook.mq_rpc_after_response.get_hookimpls())
+
+    def rpc_before_request(self, conn: Connection, request: RemotingCommand) -> None:
+        self._pm.hook.mq_rpc_before_request(conn=conn, request=request)
+
+    def rpc_after_response(self, conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None:
+        self._pm.hook.mq_rpc_after_response(conn=conn, request=request, response=response)

@@ -1,0 +1,88 @@
+"""The remoting client: one lazily opened connection per address, reused for everything."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import trio
+
+from core.errors import ConnectionClosedError, RemotingConnectError
+from core.plugin_manager import PluginHost
+from core.remoting.command import FRAME_SIZE_MAX_DEFAULT, RemotingCommand
+from core.remoting.connection import Connection, Processor
+
+CONNECT_TIMEOUT_S = 3.0
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    """Calls to many peers; server-initiated requests go to ``processor``."""
+
+    def __init__(self, nursery: trio.Nursery, processor: Processor | None = None, *,
+                 plugins: PluginHost | None = None, frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        self._nursery = nursery
+        self._processor = processor
+        self._plugins = plugins
+        self._frame_size_max = frame_size_max
+        self._connect_timeout_s = connect_timeout_s
+        self._connections: dict[str, Connection] = {}
+        self._locks: dict[str, trio.Lock] = {}
+
+    async def connection(self, address: str) -> Connection:
+        conn = self._connections.get(address)
+        if conn is not None and not conn.closed.is_set():
+            return conn
+        lock = self._locks.setdefault(address, trio.Lock())
+        async with lock:
+            conn = self._connections.get(address)
+            if conn is not None and not conn.closed.is_set():
+                return conn
+            host, port = split_address(address)
+            try:
+                with trio.fail_after(self._connect_timeout_s):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError) as exc:
+                raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
+            conn = Connection(stream, self._processor, remote=address,
+                              frame_size_max=self._frame_size_max, plugins=self._plugins)
+            await self._nursery.start(conn.run)
+            self._connections[address] = conn
+            return conn
+
+    async def invoke(self, address: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        """Request/response to ``address``."""
+        conn = await self.connection(address)
+        return await conn.request(cmd, timeout_s)
+
+    async def invoke_oneway(self, address: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(address)
+        await conn.oneway(cmd)
+
+    def drop(self, address: str) -> None:
+        conn = self._connections.pop(address, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+
+
+@contextlib.asynccontextmanager
+async def open_remoting_client(processor: Processor | None = None, **kwargs: object) -> AsyncIterator[RemotingClient]:
+    async with trio.open_nursery() as nursery:
+        client = RemotingClient(nursery, processor, **kwargs)  # type: ignore[arg-type]
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+__all__ = ["ConnectionClosedError", "RemotingClient", "open_remoting_client", "split_address"]

@@ -1,0 +1,259 @@
+"""Remoting commands and their frames (sans-IO).
+
+A frame, big-endian:
+
+```
+ [length:4]        4 + header length + body length (not counting itself)
+ [header word:4]   (serialize type << 24) | header length; 0 = JSON, 1 = ROCKETMQ binary
+ [header]          JSON text, or the binary layout below
+ [body]            the rest
+```
+
+ROCKETMQ binary header:
+
+```
+ [code:2][language:1][version:2][opaque:4][flag:4]
+ [remark length:4][remark]                     length 0 = no remark
+ [ext length:4] then per entry [key length:2][key][value length:4][value]
+```
+
+JSON headers carry ``code``, ``language`` (name), ``version``, ``opaque``, ``flag``, ``remark``
+and ``extFields`` (a string-to-string map; the C++ client sends some values as numbers, which
+are turned into strings here). Replies use the serialize type of the request.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import orjson
+
+from core.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, VERSION, LanguageCode, SerializeType
+
+FRAME_SIZE_MAX_DEFAULT = 16 * 1024 * 1024
+_FRAME_HEAD = struct.Struct(">ii")
+_BIN_FIXED = struct.Struct(">hbhii")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_LANGUAGE_NAMES = {code.value: code.name for code in LanguageCode}
+
+
+class FrameError(Exception):
+    """The byte stream cannot be framed any more: the connection must close."""
+
+
+class HeaderError(Exception):
+    """A frame whose header is unusable. ``opaque`` is known when the header got that far."""
+
+    def __init__(self, reason: str, opaque: int | None = None, code: int | None = None) -> None:
+        super().__init__(reason)
+        self.opaque = opaque
+        self.code = code
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    """One request or response."""
+
+    code: int
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    language: str = "PYTHON"
+    version: int = VERSION
+    serialize_type: int = SerializeType.JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def reply(self, code: int, remark: str | None = None, ext_fields: dict[str, str] | None = None,
+              body: bytes = b"") -> RemotingCommand:
+        """The response to this request."""
+        return RemotingCommand(
+            code=int(code), ext_fields=ext_fields or {}, body=body, opaque=self.opaque,
+            flag=FLAG_RESPONSE, remark=remark, language="JAVA", serialize_type=self.serialize_type,
+        )
+
+    def field(self, name: str, default: str | None = None) -> str | None:
+        return self.ext_fields.get(name, default)
+
+
+def _str_value(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return orjson.dumps(value).decode()
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    if cmd.serialize_type == SerializeType.ROCKETMQ:
+        return _encode_binary_header(cmd)
+    header: dict[str, object] = {
+        "code": cmd.code,
+        "extFields": cmd.ext_fields,
+        "flag": cmd.flag,
+        "language": cmd.language,
+        "opaque": cmd.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    return orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
+
+
+def encode_frame(cmd: RemotingCommand) -> bytes:
+    """The whole frame of ``cmd``."""
+    header = encode_header(cmd)
+    word = (int(cmd.serialize_type) << 24) | len(header)
+    return _FRAME_HEAD.pack(4 + len(header) + len(cmd.body), word) + header + cmd.body
+
+
+def _encode_binary_header(cmd: RemotingCommand) -> bytes:
+    language = LanguageCode[cmd.language].value if cmd.language in LanguageCode.__members__ else 7
+    parts = [_BIN_FIXED.pack(cmd.code, language, cmd.version, cmd.opaque, cmd.flag)]
+    remark = (cmd.remark or "").encode()
+    parts.append(_I32.pack(len(remark)) + remark)
+    ext = bytearray()
+    for k, v in cmd.ext_fields.items():
+        kb, vb = k.encode(), v.encode()
+        ext += _I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
+    parts.append(_I32.pack(len(ext)) + bytes(ext))
+    return b"".join(parts)
+
+
+def decode_header(raw: bytes, serialize_type: int) -> RemotingCommand:
+    """A command (without body) from its header bytes; raises :class:`HeaderError`."""
+    if serialize_type == SerializeType.ROCKETMQ:
+        return _decode_binary_header(raw)
+    if serialize_type != SerializeType.JSON:
+        raise HeaderError(f"unknown serialize type {serialize_type}")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise HeaderError(f"header is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise HeaderError("header is not a JSON object")
+    opaque = doc.get("opaque")
+    opaque = opaque if isinstance(opaque, int) and not isinstance(opaque, bool) else None
+    code = doc.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise HeaderError("header has no integer code", opaque)
+    if opaque is None:
+        raise HeaderError("header has no integer opaque", None, code)
+    flag = doc.get("flag", 0)
+    if not isinstance(flag, int) or isinstance(flag, bool):
+        raise HeaderError("header flag is not an integer", opaque, code)
+    ext_raw = doc.get("extFields") or {}
+    if not isinstance(ext_raw, dict):
+        raise HeaderError("extFields is not an object", opaque, code)
+    ext = {}
+    for k, v in ext_raw.items():
+        sv = _str_value(v)
+        if sv is not None:
+            ext[k] = sv
+    remark = doc.get("remark")
+    version = doc.get("version", 0)
+    language = doc.get("language", "OTHER")
+    return RemotingCommand(
+        code=code, ext_fields=ext, opaque=opaque, flag=flag,
+        remark=remark if isinstance(remark, str) and remark else None,
+        language=language if isinstance(language, str) else "OTHER",
+        version=version if isinstance(version, int) else 0,
+        serialize_type=SerializeType.JSON,
+    )
+
+
+def _decode_binary_header(raw: bytes) -> RemotingCommand:
+    try:
+        code, language, version, opaque, flag = _BIN_FIXED.unpack_from(raw, 0)
+        pos = _BIN_FIXED.size
+        (remark_len,) = _I32.unpack_from(raw, pos)
+        pos += 4
+        if remark_len < 0 or pos + remark_len > len(raw):
+            raise HeaderError("binary header remark length out of range", opaque, code)
+        remark = raw[pos : pos + remark_len].decode() if remark_len else None
+        pos += remark_len
+        (ext_len,) = _I32.unpack_from(raw, pos)
+        pos += 4
+        end = pos + ext_len
+        if ext_len < 0 or end > len(raw):
+            raise HeaderError("binary header ext length out of range", opaque, code)
+        ext: dict[str, str] = {}
+        while pos < end:
+            (klen,) = _I16.unpack_from(raw, pos)
+            pos += 2
+            key = raw[pos : pos + klen].decode()
+            pos += klen
+            (vlen,) = _I32.unpack_from(raw, pos)
+            pos += 4
+            if klen < 0 or vlen < 0 or pos + vlen > end:
+                raise HeaderError("binary header field runs past its table", opaque, code)
+            ext[key] = raw[pos : pos + vlen].decode()
+            pos += vlen
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise HeaderError(f"bad binary header: {exc}") from None
+    return RemotingCommand(
+        code=code, ext_fields=ext, opaque=opaque, flag=flag, remark=remark,
+        language=_LANGUAGE_NAMES.get(language, "OTHER"), version=version,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+class FrameDecoder:
+    """Turns a byte stream into commands. Holds at most one partial frame (bounded by
+    ``frame_size_max``)."""
+
+    def __init__(self, frame_size_max: int = FRAME_SIZE_MAX_DEFAULT) -> None:
+        self.frame_size_max = frame_size_max
+        self._buf = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray) -> list[RemotingCommand | HeaderError]:
+        """Commands completed by ``data``; a :class:`HeaderError` stands in for a frame whose
+        header was unusable (the stream itself is still in step). Raises :class:`FrameError`
+        when the stream cannot be framed."""
+        self._buf += data
+        out: list[RemotingCommand | HeaderError] = []
+        buf = self._buf
+        pos = 0
+        while len(buf) - pos >= 4:
+            (length,) = _I32.unpack_from(buf, pos)
+            if length < 4 or length > self.frame_size_max:
+                raise FrameError(f"frame length {length} outside 4..{self.frame_size_max}")
+            if len(buf) - pos - 4 < length:
+                break
+            (word,) = _I32.unpack_from(buf, pos + 4)
+            serialize_type = (word >> 24) & 0xFF
+            header_len = word & 0xFFFFFF
+            if header_len > length - 4:
+                raise FrameError(f"header length {header_len} exceeds frame length {length}")
+            start = pos + 8
+            header = bytes(buf[start : start + header_len])
+            try:
+                cmd = decode_header(header, serialize_type)
+            except HeaderError as exc:
+                out.append(exc)
+            else:
+                cmd.body = bytes(buf[start + header_len : pos + 4 + length])
+                out.append(cmd)
+            pos += 4 + length
+        if pos:
+            del buf[:pos]
+        return out

@@ -1,0 +1,269 @@
+"""One remoting connection, server or client side: a reader, a bounded writer that coalesces
+ready frames into one send, requests matched to responses by opaque, and incoming requests
+handed to a processor.
+
+A processor answers at once (returns a command) or later (returns an awaitable, run in its own
+task so a held long-poll never blocks the reader). Each connection bounds its queued frames,
+its in-flight handlers and its pending requests.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from core.errors import ConnectionClosedError, RemotingError, RemotingTimeoutError, RpcRejected
+from core.plugin_manager import PluginHost
+from core.remoting.codes import FLAG_ONEWAY, ResponseCode
+from core.remoting.command import (
+    FRAME_SIZE_MAX_DEFAULT,
+    FrameDecoder,
+    FrameError,
+    HeaderError,
+    RemotingCommand,
+    encode_frame,
+)
+
+log = logging.getLogger(__name__)
+
+RECEIVE_BYTES = 256 * 1024
+COALESCE_BYTES_MAX = 1024 * 1024
+SEND_QUEUE_MAX = 4096
+INFLIGHT_MAX = 4096
+PENDING_MAX = 65536
+
+
+class Processor(Protocol):
+    """Handles the requests arriving on connections."""
+
+    def process(self, request: RemotingCommand, conn: Connection
+                ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None: ...
+
+
+@dataclass(slots=True)
+class ConnectionStatistics:
+    frames_received: int = 0
+    frames_sent: int = 0
+    sends: int = 0  # socket writes: fewer than frames_sent when replies were coalesced
+    inflight: int = 0
+    pending_requests: int = 0
+    queued_frames: int = 0
+
+
+class _Pending:
+    __slots__ = ("event", "response")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.response: RemotingCommand | None = None
+
+
+class Connection:
+    """A framed, bidirectional RocketMQ remoting connection."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        processor: Processor | None = None,
+        *,
+        remote: str = "?",
+        frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
+        send_queue_max: int = SEND_QUEUE_MAX,
+        inflight_max: int = INFLIGHT_MAX,
+        plugins: PluginHost | None = None,
+    ) -> None:
+        self.stream = stream
+        self.processor = processor
+        self.remote = remote
+        self.frame_size_max = frame_size_max
+        self.inflight_max = inflight_max
+        self.plugins = plugins
+        self._rpc_hooks = plugins is not None and plugins.has_rpc_hooks()
+        self._send, self._outbox = trio.open_memory_channel[bytes](send_queue_max)
+        self._pending: dict[int, _Pending] = {}
+        self._opaques = itertools.count(1)
+        self._inflight = 0
+        self._nursery: trio.Nursery | None = None
+        self.closed = trio.Event()
+        self._frames_received = 0
+        self._frames_sent = 0
+        self._sends = 0
+        self.attributes: dict[str, object] = {}  # what the processor remembers about the peer
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the connection until either side closes it."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                task_status.started()
+                await self._reader()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.closed.set()
+            for pending in self._pending.values():
+                pending.event.set()
+            self._pending.clear()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    def close(self) -> None:
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def statistics(self) -> ConnectionStatistics:
+        return ConnectionStatistics(
+            frames_received=self._frames_received, frames_sent=self._frames_sent,
+            sends=self._sends, inflight=self._inflight, pending_requests=len(self._pending),
+            queued_frames=self._outbox.statistics().current_buffer_used,
+        )
+
+    # ------------------------------------------------------------------ reading
+
+    async def _reader(self) -> None:
+        decoder = FrameDecoder(self.frame_size_max)
+        while True:
+            try:
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return
+            if not data:
+                return
+            try:
+                items = decoder.feed(data)
+            except FrameError as exc:
+                log.warning("%s: closing connection: %s", self.remote, exc)
+                return
+            self._frames_received += len(items)
+            for item in items:
+                if isinstance(item, HeaderError):
+                    if item.opaque is None:
+                        log.warning("%s: closing connection: unusable header: %s", self.remote, item)
+                        return
+                    log.warning("%s: bad request header: %s", self.remote, item)
+                    await self._send_frame(RemotingCommand(
+                        code=ResponseCode.SYSTEM_ERROR, opaque=item.opaque, flag=1,
+                        remark=f"bad request header: {item}", language="JAVA"))
+                elif item.is_response:
+                    pending = self._pending.pop(item.opaque, None)
+                    if pending is not None:
+                        pending.response = item
+                        pending.event.set()
+                else:
+                    await self._dispatch(item)
+
+    async def _dispatch(self, request: RemotingCommand) -> None:
+        if self.processor is None:
+            await self.reply(request, request.reply(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {request.code} not supported"))
+            return
+        try:
+            if self._rpc_hooks:
+                assert self.plugins is not None
+                self.plugins.rpc_before_request(self, request)
+            result = self.processor.process(request, self)
+        except RpcRejected as exc:
+            result = request.reply(exc.code, exc.remark)
+        except Exception as exc:  # a processor bug must not take the connection down
+            log.exception("%s: request %d failed", self.remote, request.code)
+            result = request.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if inspect.isawaitable(result):
+            if self._inflight >= self.inflight_max:
+                if inspect.iscoroutine(result):
+                    result.close()
+                await self.reply(request, request.reply(
+                    ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy: too many requests in flight"))
+                return
+            self._inflight += 1
+            assert self._nursery is not None
+            self._nursery.start_soon(self._finish, request, result)
+        elif result is not None:
+            await self.reply(request, result)
+
+    async def _finish(self, request: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            response = await pending
+        except Exception as exc:
+            log.exception("%s: request %d failed", self.remote, request.code)
+            response = request.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._inflight -= 1
+        if response is not None:
+            await self.reply(request, response)
+
+    async def reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Send ``response`` unless the request was a real oneway."""
+        if request.flag & FLAG_ONEWAY:
+            return
+        if self._rpc_hooks:
+            assert self.plugins is not None
+            self.plugins.rpc_after_response(self, request, response)
+        await self._send_frame(response)
+
+    # ------------------------------------------------------------------ writing
+
+    async def _send_frame(self, cmd: RemotingCommand) -> None:
+        try:
+            await self._send.send(encode_frame(cmd))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise ConnectionClosedError(f"connection to {self.remote} is closed") from None
+
+    async def _writer(self) -> None:
+        outbox = self._outbox
+        try:
+            async for frame in outbox:
+                batch = [frame]
+                size = len(frame)
+                while size < COALESCE_BYTES_MAX:
+                    try:
+                        more = outbox.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    batch.append(more)
+                    size += len(more)
+                await self.stream.send_all(frame if len(batch) == 1 else b"".join(batch))
+                self._frames_sent += len(batch)
+                self._sends += 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.close()
+
+    # ------------------------------------------------------------------ requests
+
+    async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send ``cmd`` and wait for its response."""
+        if self.closed.is_set():
+            raise ConnectionClosedError(f"connection to {self.remote} is closed")
+        if len(self._pending) >= PENDING_MAX:
+            raise RemotingError(f"{PENDING_MAX} requests already pending on {self.remote}")
+        cmd.opaque = next(self._opaques) & 0x7FFFFFFF
+        cmd.flag &= ~1
+        pending = _Pending()
+        self._pending[cmd.opaque] = pending
+        try:
+            with trio.move_on_after(timeout_s):
+                await self._send_frame(cmd)
+                await pending.event.wait()
+        finally:
+            self._pending.pop(cmd.opaque, None)
+        if pending.response is not None:
+            if self._rpc_hooks:
+                assert self.plugins is not None
+                self.plugins.rpc_after_response(self, cmd, pending.response)
+            return pending.response
+        if self.closed.is_set():
+            raise ConnectionClosedError(f"connection to {self.remote} closed during request {cmd.code}")
+        raise RemotingTimeoutError(f"no response from {self.remote} to request {cmd.code} within {timeout_s}s")
+
+    async def oneway(self, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` expecting no response."""
+        cmd.opaque = next(self._opaques) & 0x7FFFFFFF
+        cmd.flag |= FLAG_ONEWAY
+        await self._send_frame(cmd)

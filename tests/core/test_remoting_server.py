@@ -1,0 +1,227 @@
+"""The remoting server and client over real TCP on 127.0.0.1."""
+
+import random
+import socket
+import struct
+import threading
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.errors import RemotingTimeoutError, RpcRejected
+from core.hookspecs import hookimpl
+from core.plugin_manager import PluginHost
+from core.remoting.client import open_remoting_client
+from core.remoting.codes import ResponseCode
+from core.remoting.command import FrameDecoder, RemotingCommand, encode_frame
+from core.remoting.server import serve_remoting
+
+ECHO, SLOW, NEVER, BOOM, SEEN = 1, 2, 3, 4, 5
+
+
+class EchoProcessor:
+    def __init__(self) -> None:
+        self.oneways: list[str] = []
+
+    def process(self, request, conn):
+        if request.code == ECHO:
+            return request.reply(ResponseCode.SUCCESS, ext_fields=dict(request.ext_fields), body=request.body)
+        if request.code == SLOW:
+            return self._slow(request)
+        if request.code == NEVER:
+            return trio.sleep_forever()
+        if request.code == BOOM:
+            raise ValueError("kaboom")
+        if request.code == SEEN:
+            self.oneways.append(request.ext_fields.get("n", ""))
+            return None
+        return request.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {request.code} not supported")
+
+    async def _slow(self, request):
+        await trio.sleep(random.random() / 50)
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"n": request.ext_fields["n"]})
+
+
+async def start(nursery, processor=None, **kwargs):
+    processor = processor or EchoProcessor()
+    port = await nursery.start(lambda task_status: serve_remoting(processor, port=0, task_status=task_status, **kwargs))
+    return processor, f"127.0.0.1:{port}"
+
+
+async def test_requests_and_responses_match_by_opaque_out_of_order(nursery):
+    _, addr = await start(nursery)
+    async with open_remoting_client() as client:
+        results = {}
+
+        async def call(n):
+            resp = await client.invoke(addr, RemotingCommand(code=SLOW, ext_fields={"n": str(n)}), timeout_s=5)
+            results[n] = resp.ext_fields["n"]
+
+        async with trio.open_nursery() as inner:
+            for n in range(300):
+                inner.start_soon(call, n)
+        assert results == {n: str(n) for n in range(300)}
+        conn = await client.connection(addr)
+        assert conn.statistics().pending_requests == 0
+
+
+async def test_unknown_codes_errors_and_timeouts_leave_the_connection_usable(nursery):
+    _, addr = await start(nursery)
+    async with open_remoting_client() as client:
+        resp = await client.invoke(addr, RemotingCommand(code=999))
+        assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "999" in resp.remark
+        resp = await client.invoke(addr, RemotingCommand(code=BOOM))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "kaboom" in resp.remark
+        with pytest.raises(RemotingTimeoutError):
+            await client.invoke(addr, RemotingCommand(code=NEVER), timeout_s=0.2)
+        resp = await client.invoke(addr, RemotingCommand(code=ECHO, body=b"still here"))
+        assert resp.body == b"still here"
+
+
+async def test_oneway_requests_get_no_response(nursery):
+    processor, addr = await start(nursery)
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        for n in range(5):
+            await conn.oneway(RemotingCommand(code=SEEN, ext_fields={"n": str(n)}))
+        await client.invoke(addr, RemotingCommand(code=ECHO))  # ordered after the oneways
+        assert processor.oneways == ["0", "1", "2", "3", "4"]
+        assert conn.statistics().frames_received == 1
+
+
+async def test_ready_replies_are_coalesced_into_fewer_sends(nursery):
+    _, addr = await start(nursery)
+    frames = b"".join(encode_frame(RemotingCommand(code=ECHO, opaque=i, body=b"x" * 10)) for i in range(200))
+    stream = await trio.open_tcp_stream("127.0.0.1", int(addr.split(":")[1]))
+    await stream.send_all(frames)
+    decoder, got = FrameDecoder(), []
+    receives = 0
+    with trio.fail_after(5):
+        while len(got) < 200:
+            got.extend(decoder.feed(await stream.receive_some(1 << 20)))
+            receives += 1
+    assert [c.opaque for c in got] == list(range(200))
+    assert receives < 200, "replies to pipelined requests should share socket writes"
+    await stream.aclose()
+
+
+async def test_rpc_hooks_can_reject_and_observe(nursery):
+    seen = []
+
+    class Acl:
+        @hookimpl
+        def mq_rpc_before_request(self, conn, request):
+            if request.ext_fields.get("AccessKey") == "bad":
+                raise RpcRejected(ResponseCode.NO_PERMISSION, "access denied")
+
+        @hookimpl
+        def mq_rpc_after_response(self, conn, request, response):
+            seen.append((request.code, response.code))
+
+    plugins = PluginHost(load_entry_points=False)
+    plugins.register(Acl())
+    _, addr = await start(nursery, plugins=plugins)
+    async with open_remoting_client() as client:
+        denied = await client.invoke(addr, RemotingCommand(code=ECHO, ext_fields={"AccessKey": "bad"}))
+        assert (denied.code, denied.remark) == (ResponseCode.NO_PERMISSION, "access denied")
+        ok = await client.invoke(addr, RemotingCommand(code=ECHO, ext_fields={"AccessKey": "good"}))
+        assert ok.code == ResponseCode.SUCCESS
+    assert seen == [(ECHO, ResponseCode.NO_PERMISSION), (ECHO, ResponseCode.SUCCESS)]
+
+
+async def test_oversized_frame_closes_only_that_connection(nursery):
+    _, addr = await start(nursery, frame_size_max=1024)
+    port = int(addr.split(":")[1])
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(struct.pack(">ii", 5000, 10) + b"x" * 100)
+    with trio.fail_after(5):
+        assert await stream.receive_some(100) == b""  # closed by the server
+    async with open_remoting_client() as client:
+        resp = await client.invoke(addr, RemotingCommand(code=ECHO, body=b"ok"))
+        assert resp.body == b"ok"
+
+
+# ---------------------------------------------------------------- fuzzing a live server
+
+class _ServerThread:
+    """A live server on its own trio loop, for synchronous hypothesis tests."""
+
+    def __init__(self) -> None:
+        self.port = None
+        self._ready = threading.Event()
+        self._stop = None
+        self.thread = threading.Thread(target=trio.run, args=(self._main,), daemon=True)
+
+    async def _main(self):
+        async with trio.open_nursery() as nursery:
+            self._stop = nursery.cancel_scope
+            self.port = await nursery.start(lambda task_status: serve_remoting(
+                EchoProcessor(), port=0, frame_size_max=64 * 1024, task_status=task_status))
+            self._ready.set()
+
+    def __enter__(self):
+        self.thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc):
+        pass  # daemon thread: the process ends it
+
+
+@pytest.fixture(scope="module")
+def live_server():
+    with _ServerThread() as server:
+        yield server
+
+
+def still_serves(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(encode_frame(RemotingCommand(code=ECHO, opaque=77, body=b"alive")))
+        decoder, got = FrameDecoder(), []
+        while not got:
+            data = sock.recv(65536)
+            if not data:
+                return False
+            got = decoder.feed(data)
+        return got[0].opaque == 77 and got[0].body == b"alive"
+
+
+valid_frame = st.builds(lambda code, body, opaque: encode_frame(RemotingCommand(code=code, body=body, opaque=opaque)),
+                        st.sampled_from([ECHO, 999, BOOM]), st.binary(max_size=50), st.integers(0, 2**31 - 1))
+
+
+@st.composite
+def hostile_streams(draw):
+    frames = draw(st.lists(valid_frame, max_size=4))
+    data = bytearray(b"".join(frames))
+    kind = draw(st.sampled_from(["random", "truncate", "mutate", "huge-length", "bad-json"]))
+    if kind == "random":
+        data = bytearray(draw(st.binary(min_size=1, max_size=300)))
+    elif kind == "truncate" and data:
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif kind == "mutate" and data:
+        for _ in range(draw(st.integers(1, 8))):
+            data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    elif kind == "huge-length":
+        data = bytearray(struct.pack(">ii", draw(st.integers(64 * 1024, 2**31 - 1)), 4)) + data
+    else:
+        junk = draw(st.binary(max_size=40))
+        data = bytearray(struct.pack(">ii", 4 + len(junk), len(junk)) + junk) + data
+    return bytes(data)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=hostile_streams())
+def test_hostile_bytes_never_take_the_server_down(live_server, payload):
+    with socket.create_connection(("127.0.0.1", live_server.port), timeout=5) as sock:
+        sock.sendall(payload)
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(5)
+        try:
+            while sock.recv(65536):
+                pass
+        except (ConnectionResetError, TimeoutError):
+            pass
+    assert still_serves(live_server.port)
