@@ -71,7 +71,77 @@ class ReplicationConfig:
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
     name: str = "DefaultCluster"
-    data_dir: str = ".mqctl"
+    data_dir: str = "data"
+
+
+@dataclass(frozen=True, slots=True)
+class NameServerSettings:
+    """Shared by every name server (RocketMQ's NamesrvConfig and its liveness rules)."""
+
+    scan_interval_ms: int = 10_000
+    broker_expiry_ms: int = 120_000
+
+    def __post_init__(self) -> None:
+        if self.scan_interval_ms <= 0 or self.broker_expiry_ms <= 0:
+            raise ConfigError("namesrv: intervals must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """Shared by every broker (RocketMQ's BrokerConfig, in our units)."""
+
+    auto_create_topic: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    register_interval_ms: int = 30_000
+    register_timeout_ms: int = 6_000
+    long_polling: bool = True
+    short_polling_ms: int = 1_000
+    long_poll_check_interval_ms: int = 5_000
+    long_poll_suspend_max_ms: int = 20_000
+    pull_batch_max: int = 32
+    pull_bytes_max: int = 256 * 1024
+    offset_persist_interval_ms: int = 5_000
+    frame_size_bytes_max: int = 16 * MiB
+    retry_max_times: int = 16
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.default_topic_queue_nums <= 1024:
+            raise ConfigError("broker.default_topic_queue_nums must be in 1..1024")
+
+
+def _check_listen(kind: str, name: str, listen: str) -> None:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"{kind} {name!r}: listen must be host:port (port 0 picks a free one), not {listen!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class NameServerNode:
+    name: str
+    listen: str = "127.0.0.1:9876"
+
+    def __post_init__(self) -> None:
+        _check_listen("nameserver", self.name, self.listen)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerNode:
+    """One broker process: broker ``name`` (the group) and its ``id`` (0 = master)."""
+
+    name: str
+    id: int = 0
+    listen: str = "127.0.0.1:10911"
+
+    def __post_init__(self) -> None:
+        _check_listen("broker", self.name, self.listen)
+        if self.id < 0:
+            raise ConfigError(f"broker {self.name!r}: id must be >= 0")
+
+    @property
+    def node(self) -> str:
+        """The node's name: its data folder, log and pid file."""
+        return f"{self.name}-{self.id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +151,24 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    namesrv: NameServerSettings = field(default_factory=NameServerSettings)
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    nameservers: tuple[NameServerNode, ...] = ()
+    brokers: tuple[BrokerNode, ...] = ()
     source: Path | None = None
+
+    @property
+    def namesrv_addresses(self) -> list[str]:
+        return [ns.listen for ns in self.nameservers]
+
+    def node_names(self) -> list[str]:
+        return [ns.name for ns in self.nameservers] + [b.node for b in self.brokers]
+
+    def nameserver(self, name: str) -> NameServerNode | None:
+        return next((ns for ns in self.nameservers if ns.name == name), None)
+
+    def broker_node(self, node: str) -> BrokerNode | None:
+        return next((b for b in self.brokers if b.node == node), None)
 
     @property
     def data_dir(self) -> Path:
@@ -111,12 +198,28 @@ def _section(cls: type, raw: Any, name: str) -> Any:
 
 def parse_config(raw: dict[str, Any], source: Path | None = None) -> Config:
     """Validate a parsed TOML document."""
-    sections = {"cluster": ClusterConfig, "store": StoreConfig, "replication": ReplicationConfig}
-    unknown = sorted(set(raw) - set(sections))
+    sections = {"cluster": ClusterConfig, "store": StoreConfig, "replication": ReplicationConfig,
+                "namesrv": NameServerSettings, "broker": BrokerSettings}
+    arrays = {"nameservers": NameServerNode, "brokers": BrokerNode}
+    unknown = sorted(set(raw) - set(sections) - set(arrays))
     if unknown:
         raise ConfigError(f"unknown section(s): {', '.join(unknown)}")
-    parts = {k: _section(cls, raw.get(k), k) for k, cls in sections.items()}
-    return Config(**parts, source=source)
+    parts: dict[str, Any] = {k: _section(cls, raw.get(k), k) for k, cls in sections.items()}
+    for key, cls in arrays.items():
+        items = raw.get(key, [])
+        if not isinstance(items, list):
+            raise ConfigError(f"[[{key}]] must be an array of tables")
+        parts[key] = tuple(_section(cls, item, key) for item in items)
+    config = Config(**parts, source=source)
+    names = config.node_names()
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"node names used twice: {', '.join(duplicates)}")
+    listens = [ns.listen for ns in config.nameservers] + [b.listen for b in config.brokers]
+    taken = sorted({a for a in listens if listens.count(a) > 1})
+    if taken:
+        raise ConfigError(f"listen addresses used twice: {', '.join(taken)}")
+    return config
 
 
 def load_config(path: Path) -> Config:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from core.config import NameServerSettings
+    from core.namesrv.route_table import RouteTable
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchRequest
@@ -59,4 +61,14 @@ def mq_rpc_after_response(conn: Connection, request: RemotingCommand, response: 
 
     Called on the event loop with the request it answers (metrics, auditing). Must be cheap.
     Return value ignored; skipped entirely when no plugin implements it.
+    """
+
+
+@hookspec(firstresult=True)
+def mq_route_table(settings: NameServerSettings) -> RouteTable | None:
+    """Make the route table a name server keeps (pick one: the first non-``None`` wins).
+
+    Called once by each name server process at start with its ``[namesrv]`` settings. The
+    built-in ``routing`` plugin returns RocketMQ's rules; ``None`` means "not mine". A name
+    server with no route table refuses to start.
     """

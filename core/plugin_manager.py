@@ -17,6 +17,8 @@ import pluggy
 from core import hookspecs
 
 if TYPE_CHECKING:
+    from core.config import NameServerSettings
+    from core.namesrv.route_table import RouteTable
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchRequest
@@ -86,3 +88,7 @@ class PluginHost:
 
     def rpc_after_response(self, conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None:
         self._pm.hook.mq_rpc_after_response(conn=conn, request=request, response=response)
+
+    def route_table(self, settings: NameServerSettings) -> RouteTable | None:
+        result: RouteTable | None = self._pm.hook.mq_route_table(settings=settings)
+        return result

@@ -1,6 +1,6 @@
 """Built-in plugins, registered in this order before any third-party plugin.
 
-The routing, selection and HA plugins join this tuple as they land.
+The selection and HA plugins join this tuple as they land.
 """
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from __future__ import annotations
 from types import ModuleType
 
 from core.plugin_manager import PluginHost
+from plugins import routing
 
-BUILTIN_PLUGINS: tuple[ModuleType, ...] = ()
+BUILTIN_PLUGINS: tuple[ModuleType, ...] = (routing,)
 
 
 def plugin_host(*, load_entry_points: bool = True) -> PluginHost:

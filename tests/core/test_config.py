@@ -12,7 +12,9 @@ def test_the_shipped_conf_toml_loads():
     config = load_config(REPO / "conf.toml")
     assert isinstance(config, Config)
     assert config.replication.mode in ("async", "sync", "dledger")
-    assert config.data_dir == REPO / ".mqctl"
+    assert config.data_dir == REPO / "data"
+    assert config.namesrv_addresses == ["127.0.0.1:9876"]
+    assert [b.node for b in config.brokers] == ["broker-a-0"]
 
 
 @pytest.mark.parametrize("raw, message", [

@@ -1,0 +1,1 @@
+"""The name server: route tables, broker liveness, KV config."""

@@ -1,0 +1,44 @@
+"""A name server node: the remoting server, its processor, and the liveness scan."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import trio
+
+from core.config import Config, NameServerNode
+from core.errors import CoreError
+from core.namesrv.kv_config import KVConfig
+from core.namesrv.processor import NameServerProcessor, now_ms
+from core.plugin_manager import PluginHost
+from core.remoting.client import split_address
+from core.remoting.server import serve_remoting
+
+log = logging.getLogger(__name__)
+
+
+async def serve_nameserver(
+    node: NameServerNode, config: Config, plugins: PluginHost, *, data_dir: Path,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the name server ``node`` until cancelled; reports its port once listening."""
+    routes = plugins.route_table(config.namesrv)
+    if routes is None:
+        raise CoreError("no plugin provides the route table (is the routing plugin blocked?)")
+    processor = NameServerProcessor(routes, KVConfig(data_dir / node.name / "kvConfig.json"))
+    host, port = split_address(node.listen)
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(lambda task_status: serve_remoting(
+            processor, host, port, plugins=plugins, on_close=processor.connection_closed,
+            task_status=task_status))
+        nursery.start_soon(_scan, routes, config.namesrv.scan_interval_ms / 1000)
+        log.info("name server %s listening on %s:%d", node.name, host, bound)
+        task_status.started(bound)
+
+
+async def _scan(routes, interval_s: float) -> None:  # type: ignore[no-untyped-def]
+    while True:
+        await trio.sleep(interval_s)
+        for addr in routes.expire(now_ms()):
+            log.warning("broker %s expired: no registration for %d ms", addr, routes.expiry_ms)

@@ -1,0 +1,13 @@
+"""The built-in routing plugin: the name server keeps RocketMQ's route tables and liveness
+rules (core.namesrv.route_table)."""
+
+from __future__ import annotations
+
+from core.config import NameServerSettings
+from core.hookspecs import hookimpl
+from core.namesrv.route_table import RouteTable
+
+
+@hookimpl
+def mq_route_table(settings: NameServerSettings) -> RouteTable:
+    return RouteTable(expiry_ms=settings.broker_expiry_ms)
