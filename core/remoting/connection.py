@@ -39,11 +39,14 @@ INFLIGHT_MAX = 4096
 PENDING_MAX = 65536
 
 
+# What a processor returns: a response now, one later (an awaitable), or nothing (oneway).
+Reply = RemotingCommand | Awaitable[RemotingCommand | None] | None
+
+
 class Processor(Protocol):
     """Handles the requests arriving on connections."""
 
-    def process(self, request: RemotingCommand, conn: Connection
-                ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None: ...
+    def process(self, request: RemotingCommand, conn: Connection) -> Reply: ...
 
 
 @dataclass(slots=True)

@@ -373,6 +373,35 @@ class MessageStore:
         cq = self.queues.get(topic, queue_id)
         return 0 if cq is None else cq.min_offset
 
+    def _store_time_at(self, topic: str, queue_id: int, index: int) -> int | None:
+        entries = self.queue_entries(topic, queue_id, index, 1)
+        if not entries or entries[0][0] != index:
+            return None
+        try:
+            return self.commitlog.read_record(entries[0][1].phys_offset).store_timestamp
+        except (KeyError, RecordError):
+            return None
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (the max offset when
+        every record is older), by binary search over the queue."""
+        self.dispatch_pending()
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            stamp = self._store_time_at(topic, queue_id, mid)
+            if stamp is not None and stamp < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
+        return self._store_time_at(topic, queue_id, self.min_queue_offset(topic, queue_id))
+
     def query_by_key(self, topic: str, key: str, limit: int = 32, begin_ts: int = 0,
                      end_ts: int = 2**62) -> list[MessageRecord]:
         """Records of ``topic`` whose KEYS or UNIQ_KEY is ``key``, newest first."""

@@ -1,0 +1,1 @@
+"""The broker: topics, offsets, clients, long polling, request processing, registration."""

@@ -1,0 +1,74 @@
+"""Operator requests: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO,
+VIEW_MESSAGE_BY_ID."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+
+from core.broker.headers import as_int
+from core.broker.topics import AUTO_CREATE_TOPIC, TopicConfig, topic_problem
+from core.remoting.codes import ResponseCode
+from core.remoting.command import RemotingCommand
+from core.remoting.connection import Connection
+from formats.errors import RecordError
+
+if TYPE_CHECKING:
+    from core.broker.broker import Broker
+
+GET_BROKER_RUNTIME_INFO = 28
+QUEUE_NUMS_MAX = 1024
+
+
+def update_and_create_topic(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    ext = request.ext_fields
+    topic = ext.get("topic", "")
+    problem = topic_problem(topic)
+    if problem:
+        return request.reply(ResponseCode.SYSTEM_ERROR, problem)
+    if topic == AUTO_CREATE_TOPIC:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words")
+    try:
+        read = as_int(ext, "readQueueNums", broker.settings.default_topic_queue_nums)
+        write = as_int(ext, "writeQueueNums", read)
+        perm = as_int(ext, "perm", 6)
+    except ValueError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    if not (1 <= read <= QUEUE_NUMS_MAX and 1 <= write <= QUEUE_NUMS_MAX) or perm & ~0xF:
+        return request.reply(ResponseCode.SYSTEM_ERROR,
+                             f"queue counts must be 1..{QUEUE_NUMS_MAX} and perm a combination of 8|4|2|1")
+    order = ext.get("order", "false").lower() == "true"
+    if broker.topics.put(TopicConfig(topic, read, write, perm, int(ext.get("topicSysFlag", "0") or 0), order)):
+        broker.topics_changed()
+    return request.reply(ResponseCode.SUCCESS)
+
+
+def all_topic_config(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.topics.wrapper()))
+
+
+def runtime_info(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    store = broker.store
+    table = {
+        "brokerVersionDesc": "mqctl", "brokerName": broker.node.name, "brokerId": str(broker.node.id),
+        "brokerAddr": broker.address, "commitLogMinOffset": str(store.commitlog.min_offset),
+        "commitLogMaxOffset": str(store.commitlog.write_offset),
+        "commitLogFlushedOffset": str(store.commitlog.flushed_offset),
+        "putMessageTimesTotal": str(store.stats.appended), "topicCount": str(len(broker.topics.topics)),
+        "consumerGroupCount": str(len(broker.clients.consumers)), "heldPulls": str(broker.hold.parked),
+        "flushMode": store.config.flush, "replicationMode": broker.replication_mode,
+        "pid": str(broker.pid),
+    }
+    return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
+
+
+def view_message(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        offset = as_int(request.ext_fields, "offset")
+        rec = broker.store.read_record(offset)
+    except ValueError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    except (KeyError, RecordError):
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"no message at commitlog offset {request.ext_fields.get('offset')}")
+    return request.reply(ResponseCode.SUCCESS, body=broker.store.commitlog.read(offset, rec.total_size))

@@ -1,0 +1,113 @@
+"""The broker's state and its request table."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from core.broker import admin, client_requests
+from core.broker.clients import ClientRegistry
+from core.broker.long_polling import PullHold
+from core.broker.offsets import ConsumerOffsets
+from core.broker.pull import handle_pull
+from core.broker.send import handle_send
+from core.broker.topics import TopicTable
+from core.config import BrokerNode, Config
+from core.errors import RemotingError
+from core.remoting.client import split_address
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+from core.remoting.connection import Connection, Reply
+from core.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["Broker", RemotingCommand, Connection], Reply]
+
+
+class Broker:
+    """One broker node: everything a request handler needs."""
+
+    def __init__(self, node: BrokerNode, config: Config, store: MessageStore, hold: PullHold, root: Path) -> None:
+        self.node = node
+        self.config = config
+        self.settings = config.broker
+        self.cluster = config.cluster.name
+        self.replication_mode = config.replication.mode
+        self.store = store
+        self.hold = hold
+        self.pid = os.getpid()
+        self.topics = TopicTable(root / "config" / "topics.json", auto_create=self.settings.auto_create_topic,
+                                 default_queue_nums=self.settings.default_topic_queue_nums)
+        self.offsets = ConsumerOffsets(root / "config" / "consumerOffsets.json")
+        self.clients = ClientRegistry()
+        self.register_wanted = trio.Event()
+        self.nursery: trio.Nursery | None = None
+        self.bind(split_address(node.listen)[1])
+        self._handlers: dict[int, Handler] = {
+            RequestCode.SEND_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=False, batch=False),
+            RequestCode.SEND_MESSAGE_V2: lambda b, r, c: handle_send(b, r, c, v2=True, batch=False),
+            RequestCode.SEND_BATCH_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=True, batch=True),
+            RequestCode.PULL_MESSAGE: handle_pull,
+            RequestCode.HEART_BEAT: client_requests.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: client_requests.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: client_requests.consumer_list,
+            RequestCode.QUERY_CONSUMER_OFFSET: client_requests.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: client_requests.update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: client_requests.max_offset,
+            RequestCode.GET_MIN_OFFSET: client_requests.min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: client_requests.search_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: client_requests.earliest_store_time,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topic_config,
+            RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
+            admin.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
+        }
+
+    def bind(self, port: int) -> None:
+        """Set the address clients and records use (after the listener picked its port)."""
+        host = split_address(self.node.listen)[0]
+        self.address = f"{host}:{port}"
+        self.store_host = (host if host not in ("0.0.0.0", "") else "127.0.0.1", port)
+        self.ha_address = f"{host}:{port + 1}"
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    def process(self, request: RemotingCommand, conn: Connection) -> Reply:
+        handler = self._handlers.get(request.code)
+        if handler is None:
+            return request.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                 f" request type {request.code} not supported")
+        return handler(self, request, conn)
+
+    # ------------------------------------------------------------------ events
+
+    def topics_changed(self) -> None:
+        """Register with the name servers now rather than at the next period."""
+        self.register_wanted.set()
+
+    def consumer_group_changed(self, group: str) -> None:
+        """Tell the group's members to rebalance at once (NOTIFY_CONSUMER_IDS_CHANGED)."""
+        if self.nursery is None:
+            return
+        for conn in self.clients.connections(group):
+            if isinstance(conn, Connection) and not conn.closed.is_set():
+                self.nursery.start_soon(self._notify, conn, group)
+
+    async def _notify(self, conn: Connection, group: str) -> None:
+        try:
+            await conn.oneway(RemotingCommand(code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                              ext_fields={"consumerGroup": group}, language="JAVA"))
+        except RemotingError:
+            pass
+
+    def connection_closed(self, conn: Connection) -> None:
+        for group in self.clients.drop_connection(conn):
+            self.consumer_group_changed(group)

@@ -1,0 +1,129 @@
+"""Requests from clients about themselves and their offsets: HEART_BEAT, UNREGISTER_CLIENT,
+GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET,
+SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+
+from core.broker.headers import HeaderFieldError, as_int
+from core.broker.topics import retry_topic
+from core.remoting.codes import ResponseCode
+from core.remoting.command import RemotingCommand
+from core.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from core.broker.broker import Broker
+
+
+def heartbeat(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        doc = orjson.loads(request.body) if request.body else {}
+        if not isinstance(doc, dict):
+            raise ValueError("not an object")
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"bad HEART_BEAT body: {exc}")
+    changed = broker.clients.heartbeat(doc, conn, broker.now_ms())
+    created = False
+    if broker.settings.auto_create_subscription_group:
+        for consumer in doc.get("consumerDataSet") or []:
+            group = str(consumer.get("groupName", ""))
+            if group:
+                _, new = broker.topics.ensure(retry_topic(group), 1)
+                created = created or new
+    if created:
+        broker.topics_changed()
+    for group in changed:
+        broker.consumer_group_changed(group)
+    return request.reply(ResponseCode.SUCCESS)
+
+
+def unregister_client(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    ext = request.ext_fields
+    changed = broker.clients.unregister(ext.get("clientID", ""), ext.get("producerGroup"), ext.get("consumerGroup"))
+    for group in changed:
+        broker.consumer_group_changed(group)
+    return request.reply(ResponseCode.SUCCESS)
+
+
+def consumer_list(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    group = request.ext_fields.get("consumerGroup", "")
+    ids = broker.clients.consumer_ids(group)
+    if not ids:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+    return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))
+
+
+def _queue(request: RemotingCommand) -> tuple[str, int]:
+    topic = request.ext_fields.get("topic")
+    if not topic:
+        raise HeaderFieldError("the request lacks the field topic")
+    return topic, as_int(request.ext_fields, "queueId")
+
+
+def query_consumer_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        topic, queue_id = _queue(request)
+    except ValueError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    group = request.ext_fields.get("consumerGroup", "")
+    offset = broker.offsets.get(group, topic, queue_id)
+    if offset is not None:
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+    # Nothing committed: a queue still holding its first message starts at 0, so a new group on
+    # a fresh store sees what was sent before it started (what stock brokers answer).
+    if broker.store.min_queue_offset(topic, queue_id) <= 0:
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+    return request.reply(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+
+def update_consumer_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        topic, queue_id = _queue(request)
+        offset = as_int(request.ext_fields, "commitOffset")
+    except ValueError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    group = request.ext_fields.get("consumerGroup", "")
+    if not group:
+        return request.reply(ResponseCode.SYSTEM_ERROR, "the request lacks the field consumerGroup")
+    broker.offsets.commit(group, topic, queue_id, offset)
+    return request.reply(ResponseCode.SUCCESS)
+
+
+def max_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        topic, queue_id = _queue(request)
+    except ValueError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(broker.store.max_queue_offset(topic, queue_id))})
+
+
+def min_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        topic, queue_id = _queue(request)
+    except ValueError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(broker.store.min_queue_offset(topic, queue_id))})
+
+
+def search_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        topic, queue_id = _queue(request)
+        stamp = as_int(request.ext_fields, "timestamp")
+    except ValueError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    offset = broker.store.offset_by_time(topic, queue_id, stamp)
+    return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+
+def earliest_store_time(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        topic, queue_id = _queue(request)
+    except ValueError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    stamp = broker.store.earliest_store_time(topic, queue_id)
+    if stamp is None:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"no message in {topic}/{queue_id}")
+    return request.reply(ResponseCode.SUCCESS, ext_fields={"timestamp": str(stamp)})

@@ -1,0 +1,129 @@
+"""Producers and consumers known to the broker, from heartbeats; forgotten when their
+connection closes, they unregister, or they stay silent too long."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from formats.tags import subscription_codes
+
+
+@dataclass(slots=True)
+class Subscription:
+    topic: str
+    expression: str
+    codes: set[int] | None  # None: every tag
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Subscription:
+        expression = str(doc.get("subString", "*") or "*")
+        return cls(str(doc.get("topic", "")), expression, subscription_codes(expression))
+
+
+@dataclass(slots=True)
+class ConsumerClient:
+    client_id: str
+    connection: object
+    subscriptions: dict[str, Subscription]
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    last_seen_ms: int
+
+
+@dataclass(slots=True)
+class ConsumerGroup:
+    clients: dict[str, ConsumerClient] = field(default_factory=dict)
+
+
+_CONSUME_TYPES = {0: "CONSUME_ACTIVELY", 1: "CONSUME_PASSIVELY"}
+_MODELS = {0: "BROADCASTING", 1: "CLUSTERING"}
+_FROM_WHERE = {0: "CONSUME_FROM_LAST_OFFSET", 4: "CONSUME_FROM_FIRST_OFFSET", 5: "CONSUME_FROM_TIMESTAMP"}
+
+
+def enum_name(value: object, names: dict[int, str], default: str) -> str:
+    """C++ sends enum numbers, Java sends names."""
+    if isinstance(value, str) and not value.isdigit():
+        return value
+    try:
+        return names.get(int(value), default)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return default
+
+
+class ClientRegistry:
+    def __init__(self) -> None:
+        self.consumers: dict[str, ConsumerGroup] = {}
+        self.producers: dict[str, dict[str, object]] = {}  # group -> client id -> connection
+
+    def heartbeat(self, doc: dict[str, Any], connection: object, now_ms: int) -> list[str]:
+        """Record a HeartbeatData; returns the consumer groups whose membership changed."""
+        client_id = str(doc.get("clientID", ""))
+        changed = []
+        for producer in doc.get("producerDataSet") or []:
+            self.producers.setdefault(str(producer.get("groupName", "")), {})[client_id] = connection
+        for consumer in doc.get("consumerDataSet") or []:
+            group = str(consumer.get("groupName", ""))
+            subs = {}
+            for sub_doc in consumer.get("subscriptionDataSet") or []:
+                sub = Subscription.from_json(sub_doc)
+                subs[sub.topic] = sub
+            members = self.consumers.setdefault(group, ConsumerGroup()).clients
+            if client_id not in members:
+                changed.append(group)
+            members[client_id] = ConsumerClient(
+                client_id, connection, subs,
+                enum_name(consumer.get("consumeType"), _CONSUME_TYPES, "CONSUME_PASSIVELY"),
+                enum_name(consumer.get("messageModel"), _MODELS, "CLUSTERING"),
+                enum_name(consumer.get("consumeFromWhere"), _FROM_WHERE, "CONSUME_FROM_LAST_OFFSET"),
+                now_ms,
+            )
+        return changed
+
+    def unregister(self, client_id: str, producer_group: str | None, consumer_group: str | None) -> list[str]:
+        if producer_group:
+            self.producers.get(producer_group, {}).pop(client_id, None)
+        if consumer_group:
+            group = self.consumers.get(consumer_group)
+            if group is not None and group.clients.pop(client_id, None) is not None:
+                return [consumer_group]
+        return []
+
+    def drop_connection(self, connection: object) -> list[str]:
+        """Forget every client of ``connection``; returns consumer groups that changed."""
+        changed = []
+        for group, members in self.consumers.items():
+            for cid in [c for c, info in members.clients.items() if info.connection is connection]:
+                del members.clients[cid]
+                changed.append(group)
+        for clients in self.producers.values():
+            for cid in [c for c, conn in clients.items() if conn is connection]:
+                del clients[cid]
+        return sorted(set(changed))
+
+    def expire(self, now_ms: int, idle_ms: int) -> list[str]:
+        changed = []
+        for group, members in self.consumers.items():
+            for cid in [c for c, info in members.clients.items() if now_ms - info.last_seen_ms > idle_ms]:
+                del members.clients[cid]
+                changed.append(group)
+        return sorted(set(changed))
+
+    def consumer_ids(self, group: str) -> list[str]:
+        members = self.consumers.get(group)
+        return sorted(members.clients) if members else []
+
+    def subscription(self, group: str, topic: str) -> Subscription | None:
+        members = self.consumers.get(group)
+        if members is None:
+            return None
+        for client in members.clients.values():
+            sub = client.subscriptions.get(topic)
+            if sub is not None:
+                return sub
+        return None
+
+    def connections(self, group: str) -> list[object]:
+        members = self.consumers.get(group)
+        return [c.connection for c in members.clients.values()] if members else []

@@ -1,0 +1,49 @@
+"""Committed consumer offsets (``config/consumerOffsets.json``, RocketMQ's
+``{"offsetTable": {"topic@group": {"queueId": offset}}}``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.broker.persist import load_json, save_json
+
+
+class ConsumerOffsets:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.table: dict[str, dict[int, int]] = {}
+        self.dirty = False
+        doc = load_json(path)
+        if doc:
+            self.table = {key: {int(q): int(o) for q, o in queues.items()}
+                          for key, queues in doc.get("offsetTable", {}).items()}
+
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        return f"{topic}@{group}"
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        queues = self.table.setdefault(self.key(topic, group), {})
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self.dirty = True
+
+    def get(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.table.get(self.key(topic, group), {}).get(queue_id)
+
+    def groups_of(self, topic: str) -> list[str]:
+        return sorted(k.split("@", 1)[1] for k in self.table if k.split("@", 1)[0] == topic)
+
+    def for_group(self, group: str) -> dict[str, dict[int, int]]:
+        out = {}
+        for key, queues in self.table.items():
+            topic, _, g = key.partition("@")
+            if g == group:
+                out[topic] = dict(queues)
+        return out
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        save_json(self.path, {"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.table.items()}})
+        self.dirty = False

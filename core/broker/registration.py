@@ -1,0 +1,72 @@
+"""Registering with every name server: at start, every ``register_interval_ms``, after a
+topic change; unregistering on a graceful stop."""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import TYPE_CHECKING
+
+import orjson
+import trio
+
+from core.errors import RemotingError
+from core.remoting.client import RemotingClient
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from core.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+def _ext(broker: Broker) -> dict[str, str]:
+    return {"brokerName": broker.node.name, "brokerAddr": broker.address, "clusterName": broker.cluster,
+            "haServerAddr": broker.ha_address, "brokerId": str(broker.node.id)}
+
+
+async def register_all(broker: Broker, client: RemotingClient, namesrv: list[str]) -> int:
+    """Register with each name server; returns how many accepted."""
+    body = orjson.dumps({"filterServerList": [], "topicConfigSerializeWrapper": broker.topics.wrapper()})
+    ok = 0
+
+    async def one(addr: str) -> None:
+        nonlocal ok
+        cmd = RemotingCommand(code=RequestCode.REGISTER_BROKER, body=body, ext_fields={
+            **_ext(broker), "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)})
+        try:
+            resp = await client.invoke(addr, cmd, broker.settings.register_timeout_ms / 1000)
+        except RemotingError as exc:
+            log.warning("registering with name server %s failed: %s", addr, exc)
+            return
+        if resp.code == ResponseCode.SUCCESS:
+            ok += 1
+        else:
+            log.warning("name server %s refused registration: %s", addr, resp.remark)
+
+    async with trio.open_nursery() as nursery:
+        for addr in namesrv:
+            nursery.start_soon(one, addr)
+    return ok
+
+
+async def unregister_all(broker: Broker, client: RemotingClient, namesrv: list[str]) -> None:
+    async def one(addr: str) -> None:
+        try:
+            await client.invoke(addr, RemotingCommand(code=RequestCode.UNREGISTER_BROKER, ext_fields=_ext(broker)), 3)
+        except RemotingError as exc:
+            log.warning("unregistering from name server %s failed: %s", addr, exc)
+
+    async with trio.open_nursery() as nursery:
+        for addr in namesrv:
+            nursery.start_soon(one, addr)
+
+
+async def registration_loop(broker: Broker, client: RemotingClient, namesrv: list[str]) -> None:
+    interval = broker.settings.register_interval_ms / 1000
+    while True:
+        await register_all(broker, client, namesrv)
+        with trio.move_on_after(interval):
+            await broker.register_wanted.wait()
+        broker.register_wanted = trio.Event()

@@ -1,0 +1,23 @@
+"""The one place where errors become RocketMQ response codes."""
+
+from __future__ import annotations
+
+from core.broker.headers import HeaderFieldError
+from core.errors import DiskFullError, MessageTooLargeError, StoreClosedError, StoreError
+from core.remoting.codes import ResponseCode
+from formats.errors import FormatError
+
+
+def response_code(exc: Exception) -> tuple[int, str]:
+    """The response code and remark for an error met while handling a request."""
+    if isinstance(exc, DiskFullError):
+        return ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}"
+    if isinstance(exc, StoreClosedError):
+        return ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now: the store is shutting down"
+    if isinstance(exc, MessageTooLargeError):
+        return ResponseCode.MESSAGE_ILLEGAL, str(exc)
+    if isinstance(exc, (HeaderFieldError, FormatError)):
+        return ResponseCode.SYSTEM_ERROR, str(exc)
+    if isinstance(exc, StoreError):
+        return ResponseCode.SYSTEM_ERROR, str(exc)
+    return ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"

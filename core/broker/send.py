@@ -1,0 +1,111 @@
+"""SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (and the C++ client's batch flag)."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from core.broker.headers import SendHeader
+from core.broker.responses import response_code
+from core.broker.topics import RETRY_PREFIX, topic_problem
+from core.remoting.codes import ResponseCode
+from core.remoting.command import RemotingCommand
+from core.remoting.connection import Connection, Reply
+from core.store.message_store import PutResult
+from formats.batch import decode_batch
+from formats.msgid import encode_offset_msg_id
+from formats.properties import CLUSTER, WAIT, decode_properties
+from formats.record import MessageRecord
+
+if TYPE_CHECKING:
+    from core.broker.broker import Broker
+
+
+def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v2: bool,
+                batch: bool) -> Reply:
+    try:
+        header = SendHeader.of(request, v2=v2)
+    except ValueError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    problem = topic_problem(header.topic)
+    if problem:
+        return request.reply(ResponseCode.SYSTEM_ERROR, problem)
+    config = broker.topics.get(header.topic)
+    if config is None:
+        if header.topic.startswith(RETRY_PREFIX):
+            config, _ = broker.topics.ensure(header.topic, 1)
+        elif broker.settings.auto_create_topic:
+            config = broker.topics.create_from_default(header.topic, header.default_topic,
+                                                       header.default_topic_queue_nums)
+        if config is None:
+            return request.reply(ResponseCode.TOPIC_NOT_EXIST,
+                                 f"topic[{header.topic}] not exist, apply first please!")
+        broker.topics_changed()
+    if not config.writable:
+        return request.reply(ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] sending is forbidden")
+    queue_id = header.queue_id
+    if queue_id < 0:
+        queue_id = random.randrange(config.write_queue_nums)
+    if queue_id >= config.write_queue_nums:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"request queueId[{queue_id}] is illegal, "
+                             f"topic {header.topic} has {config.write_queue_nums} write queues")
+    born_host = _host(conn.remote)
+    base_props = decode_properties(header.properties)
+    base_props.pop(WAIT, None)
+    base_props[CLUSTER] = broker.cluster
+    try:
+        if batch or header.batch:
+            items = decode_batch(request.body)
+            if not items:
+                return request.reply(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+            records = [MessageRecord(
+                topic=header.topic, body=item.body, properties={**item.properties, CLUSTER: broker.cluster},
+                queue_id=queue_id, flag=item.flag, sysflag=header.sysflag, born_timestamp=header.born_timestamp,
+                born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times,
+            ) for item in items]
+            for rec in records:
+                rec.properties.pop(WAIT, None)
+        else:
+            records = [MessageRecord(
+                topic=header.topic, body=request.body, properties=base_props, queue_id=queue_id,
+                flag=header.flag, sysflag=header.sysflag, born_timestamp=header.born_timestamp,
+                born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times,
+            )]
+        for rec in records:
+            if len(rec.body) > broker.store.config.message_size_bytes_max:
+                return request.reply(ResponseCode.MESSAGE_ILLEGAL,
+                                     f"the message body size over max value, MAX: "
+                                     f"{broker.store.config.message_size_bytes_max}")
+        results = [broker.store.put(rec) for rec in records]
+    except Exception as exc:  # store, format and size errors, mapped in one place
+        code, remark = response_code(exc)
+        return request.reply(code, remark)
+    if broker.store.config.flush == "sync":
+        return _after_flush(broker, request, queue_id, results)
+    return _sent(broker, request, queue_id, results, ResponseCode.SUCCESS)
+
+
+async def _after_flush(broker: Broker, request: RemotingCommand, queue_id: int,
+                       results: list[PutResult]) -> RemotingCommand:
+    last = results[-1]
+    flushed = await broker.store.wait_flushed(last.phys_offset + last.size,
+                                              broker.store.config.sync_flush_timeout_ms / 1000)
+    return _sent(broker, request, queue_id, results,
+                 ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT)
+
+
+def _sent(broker: Broker, request: RemotingCommand, queue_id: int, results: list[PutResult],
+          code: int) -> RemotingCommand:
+    host, port = broker.store_host
+    msg_ids = ",".join(encode_offset_msg_id(host, port, r.phys_offset) for r in results)
+    return request.reply(code, ext_fields={
+        "msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(results[0].queue_offset),
+    })
+
+
+def _host(remote: str) -> tuple[str, int]:
+    host, _, port = remote.rpartition(":")
+    try:
+        return host.strip("[]") or "127.0.0.1", int(port)
+    except ValueError:
+        return "127.0.0.1", 0

@@ -1,0 +1,67 @@
+"""A broker node: its store, remoting server, registration and housekeeping."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import trio
+
+from core.broker.broker import Broker
+from core.broker.long_polling import PullHold
+from core.broker.registration import registration_loop, unregister_all
+from core.config import BrokerNode, Config
+from core.plugin_manager import PluginHost
+from core.remoting.client import open_remoting_client, split_address
+from core.remoting.server import serve_remoting
+from core.store.message_store import open_message_store
+
+log = logging.getLogger(__name__)
+
+CLIENT_IDLE_MS = 120_000
+HOUSEKEEPING_S = 1.0
+
+
+async def serve_broker(
+    node: BrokerNode, config: Config, plugins: PluginHost, *, data_dir: Path,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run broker ``node`` until cancelled, then stop gracefully: unregister from the name
+    servers, save offsets, flush and close the store."""
+    root = data_dir / node.node
+    hold = PullHold()
+    plugins.register(hold, name=f"pull-hold:{node.node}")
+    try:
+        async with open_message_store(root, config.store, plugins) as store, \
+                open_remoting_client(plugins=plugins) as client:
+            broker = Broker(node, config, store, hold, root)
+            host, port = split_address(node.listen)
+            try:
+                async with trio.open_nursery() as nursery:
+                    broker.nursery = nursery
+                    bound = await nursery.start(lambda task_status: serve_remoting(
+                        broker, host, port, plugins=plugins, on_close=broker.connection_closed,
+                        frame_size_max=config.broker.frame_size_bytes_max, task_status=task_status))
+                    broker.bind(bound)
+                    nursery.start_soon(registration_loop, broker, client, config.namesrv_addresses)
+                    nursery.start_soon(_housekeeping, broker)
+                    log.info("broker %s listening on %s", node.node, broker.address)
+                    task_status.started(bound)
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await unregister_all(broker, client, config.namesrv_addresses)
+                broker.offsets.save()
+    finally:
+        plugins.unregister(hold)
+
+
+async def _housekeeping(broker: Broker) -> None:
+    persist_every = broker.settings.offset_persist_interval_ms / 1000
+    next_persist = trio.current_time() + persist_every
+    while True:
+        await trio.sleep(HOUSEKEEPING_S)
+        for group in broker.clients.expire(broker.now_ms(), CLIENT_IDLE_MS):
+            broker.consumer_group_changed(group)
+        if trio.current_time() >= next_persist:
+            await trio.to_thread.run_sync(broker.offsets.save)
+            next_persist = trio.current_time() + persist_every

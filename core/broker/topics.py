@@ -1,0 +1,135 @@
+"""Topic configurations (``config/topics.json``), RocketMQ's TopicConfigManager rules, and
+topic name validation."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from core.broker.persist import load_json, save_json
+
+AUTO_CREATE_TOPIC = "TBW102"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+TOPIC_LENGTH_MAX = 127
+_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+
+def topic_problem(topic: str) -> str | None:
+    """Why ``topic`` is not a valid name (RocketMQ's TopicValidator), or ``None``."""
+    if not topic:
+        return "The specified topic is blank."
+    if not _TOPIC_CHARS.match(topic):
+        return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(topic) > TOPIC_LENGTH_MAX:
+        return f"The specified topic[{topic}] is longer than topic max length {TOPIC_LENGTH_MAX}."
+    return None
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    name: str
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = PERM_READ | PERM_WRITE
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                "topicFilterType": "SINGLE_TAG", "topicName": self.name, "topicSysFlag": self.topic_sys_flag,
+                "writeQueueNums": self.write_queue_nums}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TopicConfig:
+        return cls(doc["topicName"], int(doc.get("readQueueNums", 4)), int(doc.get("writeQueueNums", 4)),
+                   int(doc.get("perm", 6)), int(doc.get("topicSysFlag", 0)), bool(doc.get("order", False)))
+
+
+class TopicTable:
+    """The broker's topics, with a data version bumped on every change."""
+
+    def __init__(self, path: Path, *, auto_create: bool, default_queue_nums: int) -> None:
+        self.path = path
+        self.default_queue_nums = default_queue_nums
+        self.topics: dict[str, TopicConfig] = {}
+        self.version = {"counter": 0, "timestamp": int(time.time() * 1000)}
+        doc = load_json(path)
+        if doc:
+            self.topics = {name: TopicConfig.from_json(cfg) for name, cfg in doc.get("topicConfigTable", {}).items()}
+            self.version = doc.get("dataVersion", self.version)
+        if auto_create:
+            self.topics.setdefault(AUTO_CREATE_TOPIC, TopicConfig(
+                AUTO_CREATE_TOPIC, default_queue_nums, default_queue_nums, PERM_INHERIT | PERM_READ | PERM_WRITE))
+        else:
+            self.topics.pop(AUTO_CREATE_TOPIC, None)
+
+    def get(self, name: str) -> TopicConfig | None:
+        return self.topics.get(name)
+
+    def put(self, config: TopicConfig) -> bool:
+        """Create or update; True when something changed."""
+        if self.topics.get(config.name) == config:
+            return False
+        self.topics[config.name] = config
+        self._changed()
+        return True
+
+    def create_from_default(self, name: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
+        """Auto-create ``name`` from an inheritable default topic (TBW102), or ``None``."""
+        default = self.topics.get(default_topic)
+        if default is None or not default.perm & PERM_INHERIT:
+            return None
+        nums = max(1, min(queue_nums, default.write_queue_nums))
+        config = TopicConfig(name, nums, nums, default.perm & ~PERM_INHERIT)
+        self.put(config)
+        return config
+
+    def ensure(self, name: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE) -> tuple[TopicConfig, bool]:
+        existing = self.topics.get(name)
+        if existing is not None:
+            return existing, False
+        config = TopicConfig(name, queue_nums, queue_nums, perm)
+        self.put(config)
+        return config, True
+
+    def delete(self, name: str) -> bool:
+        if self.topics.pop(name, None) is None:
+            return False
+        self._changed()
+        return True
+
+    def _changed(self) -> None:
+        self.version = {"counter": int(self.version.get("counter", 0)) + 1, "timestamp": int(time.time() * 1000)}
+        self.save()
+
+    def save(self) -> None:
+        save_json(self.path, self.wrapper())
+
+    def wrapper(self) -> dict[str, Any]:
+        """TopicConfigSerializeWrapper, as registered with the name servers."""
+        return {"dataVersion": self.version,
+                "topicConfigTable": {name: cfg.to_json() for name, cfg in sorted(self.topics.items())}}
+
+    def with_queues(self, config: TopicConfig, read: int, write: int, perm: int) -> TopicConfig:
+        return replace(config, read_queue_nums=read, write_queue_nums=write, perm=perm)

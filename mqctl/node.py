@@ -1,0 +1,71 @@
+"""Run one node of a config in the foreground: ``python -m mqctl.node --config C --node N``.
+
+``mqctl start`` launches this in the background. SIGTERM or SIGINT stops the node gracefully
+(a broker unregisters, saves offsets and closes its store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from core.broker.server import serve_broker
+from core.config import Config, load_config
+from core.errors import CoreError
+from core.namesrv.server import serve_nameserver
+from plugins import plugin_host
+
+log = logging.getLogger("mqctl.node")
+
+
+async def run_node(config: Config, name: str) -> None:
+    plugins = plugin_host()
+    data_dir = config.data_dir
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
+        nameserver = config.nameserver(name)
+        broker = config.broker_node(name)
+        if nameserver is not None:
+            port = await nursery.start(lambda task_status: serve_nameserver(
+                nameserver, config, plugins, data_dir=data_dir, task_status=task_status))
+        elif broker is not None:
+            port = await nursery.start(lambda task_status: serve_broker(
+                broker, config, plugins, data_dir=data_dir, task_status=task_status))
+        else:
+            raise CoreError(f"no node named {name!r} in {config.source} (nodes: {', '.join(config.node_names())})")
+        log.info("node %s serving on port %d", name, port)
+
+
+async def _stop_on_signal(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("signal %d: stopping", signum)
+            scope.cancel()
+            return
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mqctl.node")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config)
+        trio.run(run_node, config, args.node)
+    except CoreError as exc:
+        log.error("%s", exc)
+        return 2
+    log.info("node %s stopped", args.node)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
