@@ -10,9 +10,11 @@ from typing import Annotated
 import typer
 
 from core.errors import CoreError
+from mqctl import client_cmds, nodes_cmd
 from mqctl.bench import bench_app
 from mqctl.dump import dump
 from mqctl.errors import CliError
+from mqctl.topic_cmd import cluster_app, topic_app
 
 DEFAULT_CONFIG = Path("conf.toml")
 
@@ -22,6 +24,14 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.command("start")(nodes_cmd.start)
+app.command("stop")(nodes_cmd.stop_cmd)
+app.command("restart")(nodes_cmd.restart)
+app.command("status")(nodes_cmd.status)
+app.command("send")(client_cmds.send)
+app.command("tail")(client_cmds.tail)
+app.add_typer(topic_app, name="topic")
+app.add_typer(cluster_app, name="cluster")
 app.command("dump")(dump)
 app.add_typer(bench_app, name="bench")
 
@@ -50,22 +60,10 @@ def root(
 def main() -> None:
     """Console entry point: domain errors become one clear line and an exit code."""
     try:
-        app(standalone_mode=False)
+        app()
     except CliError as exc:
         typer.echo(f"mqctl: {exc}", err=True)
         raise SystemExit(exc.exit_code) from None
     except CoreError as exc:
         typer.echo(f"mqctl: {exc}", err=True)
         raise SystemExit(2) from None
-    except typer.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
-    except typer.Abort:
-        typer.echo("Aborted.", err=True)
-        raise SystemExit(1) from None
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            raise SystemExit(exc.exit_code) from None
-        raise

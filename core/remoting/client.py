@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import trio
 
 from core.errors import ConnectionClosedError, RemotingConnectError
+from core.nursery import open_unwrapped_nursery
 from core.plugin_manager import PluginHost
 from core.remoting.command import FRAME_SIZE_MAX_DEFAULT, RemotingCommand
 from core.remoting.connection import Connection, Processor
@@ -77,7 +78,7 @@ class RemotingClient:
 
 @contextlib.asynccontextmanager
 async def open_remoting_client(processor: Processor | None = None, **kwargs: object) -> AsyncIterator[RemotingClient]:
-    async with trio.open_nursery() as nursery:
+    async with open_unwrapped_nursery() as nursery:
         client = RemotingClient(nursery, processor, **kwargs)  # type: ignore[arg-type]
         try:
             yield client

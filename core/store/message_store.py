@@ -31,6 +31,7 @@ from core.errors import (
     StoreCorruptError,
     StoreError,
 )
+from core.nursery import open_unwrapped_nursery
 from core.plugin_manager import PluginHost
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import CommitLog, LogRecovery
@@ -605,7 +606,7 @@ async def open_message_store(
     store = MessageStore(root, config, plugins, **kwargs)  # type: ignore[arg-type]
     await trio.to_thread.run_sync(store.open)
     try:
-        async with trio.open_nursery() as nursery:
+        async with open_unwrapped_nursery() as nursery:
             await nursery.start(store.serve)
             try:
                 yield store

@@ -1,0 +1,1 @@
+"""The client library: routes, producer, pull and push consumers, on trio."""

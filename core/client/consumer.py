@@ -1,0 +1,313 @@
+"""Consumers: single pulls, and a push consumer that rebalances queues across its group,
+long-polls each queue, hands messages to a callback in queue order and commits offsets."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import trio
+
+from core.client.route import MessageQueue
+from core.client.runtime import ClientError, ClientRuntime
+from core.errors import RemotingError
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+from formats.errors import FormatError
+from formats.record import MessageRecord, decode_records
+from formats.tags import subscription_codes
+
+log = logging.getLogger(__name__)
+
+RETRY_PREFIX = "%RETRY%"
+PULL_BATCH = 32
+SUSPEND_MS = 15_000
+PULL_TIMEOUT_S = 30.0
+ERROR_BACKOFF_S = 3.0
+REBALANCE_S = 10.0
+COMMIT_S = 5.0
+SYSFLAG_COMMIT, SYSFLAG_SUSPEND, SYSFLAG_SUBSCRIPTION = 1, 2, 4
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_PULL_STATUS: dict[int, PullStatus] = {ResponseCode.SUCCESS: PullStatus.FOUND, ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+                ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+                ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL}
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    status: PullStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageRecord]
+
+
+def _tag_matches(codes: set[int] | None, expression: str, rec: MessageRecord) -> bool:
+    if codes is None:
+        return True
+    wanted = {t.strip() for t in expression.split("||")}
+    return rec.tags in wanted
+
+
+async def _broker(runtime: ClientRuntime, mq: MessageQueue) -> str:
+    route = await runtime.route(mq.topic)
+    addr = route.any_address(mq.broker_name) if route is not None else None
+    if addr is None:
+        raise ClientError(f"no address for broker {mq.broker_name} of {mq.topic}")
+    return addr
+
+
+async def pull(runtime: ClientRuntime, group: str, mq: MessageQueue, offset: int, *, expression: str = "*",
+               max_nums: int = PULL_BATCH, suspend_ms: int = 0, commit_offset: int | None = None,
+               timeout_s: float = PULL_TIMEOUT_S) -> PullResult:
+    """One PULL_MESSAGE; messages are filtered by exact tag on our side too (hashes collide)."""
+    sysflag = SYSFLAG_SUBSCRIPTION | (SYSFLAG_SUSPEND if suspend_ms > 0 else 0)
+    if commit_offset is not None:
+        sysflag |= SYSFLAG_COMMIT
+    cmd = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={
+        "consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums), "sysFlag": str(sysflag),
+        "commitOffset": str(commit_offset if commit_offset is not None else 0),
+        "suspendTimeoutMillis": str(suspend_ms), "subscription": expression, "subVersion": "0",
+        "expressionType": "TAG"})
+    resp = await runtime.invoke(await _broker(runtime, mq), cmd, timeout_s)
+    status = _PULL_STATUS.get(resp.code)
+    if status is None:
+        raise ClientError(f"pull {mq.topic}/{mq.broker_name}/{mq.queue_id}@{offset}: code {resp.code} {resp.remark}")
+    ext = resp.ext_fields
+    messages: list[MessageRecord] = []
+    if status is PullStatus.FOUND:
+        codes = subscription_codes(expression)
+        try:
+            messages = [m for m in decode_records(resp.body) if _tag_matches(codes, expression, m)]
+        except FormatError as exc:
+            raise ClientError(f"undecodable pull body from {mq.broker_name}: {exc}") from exc
+    return PullResult(status, int(ext.get("nextBeginOffset", offset)), int(ext.get("minOffset", 0)),
+                      int(ext.get("maxOffset", 0)), messages)
+
+
+async def _offset_call(runtime: ClientRuntime, code: int, mq: MessageQueue, **extra: str) -> RemotingCommand:
+    ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **extra}
+    return await runtime.invoke(await _broker(runtime, mq), RemotingCommand(code=code, ext_fields=ext), 5)
+
+
+async def max_offset(runtime: ClientRuntime, mq: MessageQueue) -> int:
+    resp = await _offset_call(runtime, RequestCode.GET_MAX_OFFSET, mq)
+    return int(resp.ext_fields.get("offset", 0))
+
+
+async def min_offset(runtime: ClientRuntime, mq: MessageQueue) -> int:
+    resp = await _offset_call(runtime, RequestCode.GET_MIN_OFFSET, mq)
+    return int(resp.ext_fields.get("offset", 0))
+
+
+async def committed_offset(runtime: ClientRuntime, group: str, mq: MessageQueue) -> int | None:
+    resp = await _offset_call(runtime, RequestCode.QUERY_CONSUMER_OFFSET, mq, consumerGroup=group)
+    return int(resp.ext_fields["offset"]) if resp.code == ResponseCode.SUCCESS and "offset" in resp.ext_fields else None
+
+
+async def commit_offset(runtime: ClientRuntime, group: str, mq: MessageQueue, offset: int) -> None:
+    cmd = RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
+        "consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "commitOffset": str(offset)})
+    await runtime.invoke(await _broker(runtime, mq), cmd, 5)
+
+
+def allocate_average(queues: list[MessageQueue], members: list[str], me: str) -> list[MessageQueue]:
+    """RocketMQ's AllocateMessageQueueAveragely: contiguous blocks, the first ones one bigger."""
+    if me not in members or not queues:
+        return []
+    index, n = members.index(me), len(members)
+    mod = len(queues) % n
+    size = len(queues) // n + (1 if index < mod else 0) if len(queues) > n else 1
+    start = index * size if mod > 0 and index < mod else index * size + mod
+    take = min(size, len(queues) - start)
+    return [queues[(start + i) % len(queues)] for i in range(max(0, take))]
+
+
+# A handler returns True (all consumed), False (see them again later), or how many of the
+# batch, from its start, it consumed.
+Handler = Callable[[list[MessageRecord]], Awaitable[bool | int]]
+
+
+class PushConsumer:
+    """Clustering consumption: queues are shared among the group's members."""
+
+    def __init__(self, runtime: ClientRuntime, group: str, handler: Handler, *, from_beginning: bool = False,
+                 use_committed: bool = True) -> None:
+        self.runtime = runtime
+        self.group = group
+        self.handler = handler
+        self.from_beginning = from_beginning
+        self.use_committed = use_committed
+        self.subscriptions: dict[str, str] = {}
+        self._loops: dict[MessageQueue, trio.CancelScope] = {}
+        self.offsets: dict[MessageQueue, int] = {}
+        self._committed: dict[MessageQueue, int] = {}
+        self._rebalance = trio.Event()
+        self._scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        self._started = trio.Event()
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self.subscriptions[topic] = expression or "*"
+
+    def heartbeat_data(self) -> dict[str, Any]:
+        version = str(int(time.time() * 1000))
+        subs = []
+        for topic, expression in [*self.subscriptions.items(), (RETRY_PREFIX + self.group, "*")]:
+            tags = [] if expression == "*" else [t.strip() for t in expression.split("||")]
+            codes = sorted(subscription_codes(expression) or [])
+            subs.append({"topic": topic, "subString": expression, "subVersion": version, "tagsSet": tags,
+                         "codeSet": codes, "expressionType": "TAG", "classFilterMode": False})
+        return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET" if self.from_beginning else "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": subs, "unitMode": False}
+
+    def rebalance_soon(self) -> None:
+        self._rebalance.set()
+
+    async def start(self) -> None:
+        """Join the group and start consuming (runs in the runtime's nursery)."""
+        if not self.subscriptions:
+            raise ClientError("subscribe to a topic first")
+        self.runtime.consumers[self.group] = self
+        for topic in self.subscriptions:
+            await self.runtime.route(topic)
+        await self.runtime.heartbeat_all()
+        await self.runtime.nursery.start(self._run)
+        await self._started.wait()
+
+    async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                nursery.start_soon(self._commit_loop)
+                while True:
+                    try:
+                        await self.rebalance()
+                    except (ClientError, RemotingError) as exc:
+                        log.warning("rebalance of %s failed: %s", self.group, exc)
+                    self._started.set()
+                    with trio.move_on_after(REBALANCE_S):
+                        await self._rebalance.wait()
+                    self._rebalance = trio.Event()
+
+    async def rebalance(self) -> None:
+        wanted: set[MessageQueue] = set()
+        for topic in self.subscriptions:
+            route = await self.runtime.route(topic, refresh=True)
+            if route is None or not route.read_queues:
+                continue
+            queues = sorted(route.read_queues)
+            members = await self._members(queues[0])
+            wanted.update(allocate_average(queues, members, self.runtime.client_id))
+        for mq in list(self._loops):
+            if mq not in wanted:
+                self._loops.pop(mq).cancel()
+                await self._commit(mq)
+                self.offsets.pop(mq, None)
+        for mq in sorted(wanted - set(self._loops)):
+            assert self._nursery is not None
+            scope = trio.CancelScope()
+            self._loops[mq] = scope
+            self._nursery.start_soon(self._pull_loop, mq, scope)
+
+    async def _members(self, mq: MessageQueue) -> list[str]:
+        resp = await self.runtime.invoke(await _broker(self.runtime, mq), RemotingCommand(
+            code=RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": self.group}), 5)
+        if resp.code != ResponseCode.SUCCESS:
+            return [self.runtime.client_id]
+        return sorted(orjson.loads(resp.body).get("consumerIdList", []))
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        if self.use_committed:
+            committed = await committed_offset(self.runtime, self.group, mq)
+            if committed is not None and committed >= 0:
+                return committed
+        if self.from_beginning:
+            return await min_offset(self.runtime, mq)
+        return await max_offset(self.runtime, mq)
+
+    async def _pull_loop(self, mq: MessageQueue, scope: trio.CancelScope) -> None:
+        with scope:
+            expression = self.subscriptions.get(mq.topic, "*")
+            offset: int | None = None
+            while True:
+                try:
+                    if offset is None:
+                        offset = await self._start_offset(mq)
+                        self.offsets[mq] = offset
+                    result = await pull(self.runtime, self.group, mq, offset, expression=expression,
+                                        suspend_ms=SUSPEND_MS, commit_offset=self._committed.get(mq))
+                except (ClientError, RemotingError) as exc:
+                    log.info("pull %s failed: %s; retrying in %.0fs", mq, exc, ERROR_BACKOFF_S)
+                    await trio.sleep(ERROR_BACKOFF_S)
+                    continue
+                if result.messages:
+                    consumed = await self._deliver(result.messages)
+                    if consumed is not True:
+                        if consumed:  # a prefix: resume after the last message it took
+                            offset = result.messages[consumed - 1].queue_offset + 1
+                            self.offsets[mq] = offset
+                        else:
+                            await trio.sleep(1.0)  # the handler asked to see them again
+                        continue
+                offset = result.next_offset
+                self.offsets[mq] = offset
+                if result.status is PullStatus.OFFSET_ILLEGAL:
+                    await self._commit(mq)
+
+    async def _deliver(self, messages: list[MessageRecord]) -> bool | int:
+        try:
+            consumed = await self.handler(messages)
+        except Exception:
+            log.exception("consumer %s handler failed", self.group)
+            return False
+        if isinstance(consumed, bool):
+            return consumed
+        return True if consumed >= len(messages) else max(0, int(consumed))
+
+    async def _commit(self, mq: MessageQueue) -> None:
+        offset = self.offsets.get(mq)
+        if offset is None or self._committed.get(mq) == offset:
+            return
+        try:
+            await commit_offset(self.runtime, self.group, mq, offset)
+            self._committed[mq] = offset
+        except (ClientError, RemotingError) as exc:
+            log.info("committing %s@%d failed: %s", mq, offset, exc)
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await trio.sleep(COMMIT_S)
+            for mq in list(self.offsets):
+                await self._commit(mq)
+
+    async def stop(self) -> None:
+        """Stop pulling, commit every offset, leave the group."""
+        if self._scope is not None:
+            self._scope.cancel()
+        for mq in list(self.offsets):
+            await self._commit(mq)
+        self.runtime.consumers.pop(self.group, None)
+        for addr in sorted(self.runtime.broker_addresses()):
+            try:
+                await self.runtime.invoke(addr, RemotingCommand(code=RequestCode.UNREGISTER_CLIENT, ext_fields={
+                    "clientID": self.runtime.client_id, "consumerGroup": self.group}), 3)
+            except RemotingError:
+                pass

@@ -1,0 +1,194 @@
+"""The producer: queue selection, retries within one timeout, TBW102 fallback for unknown
+topics, batches, and zstd compression of large bodies with RocketMQ 5's sysflag bits."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from core.client.route import MessageQueue, TopicRoute
+from core.client.runtime import ClientError, ClientRuntime
+from core.errors import RemotingError
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+from formats.batch import BatchItem, encode_batch
+from formats.compression import compress
+from formats.msgid import UniqKeyGenerator
+from formats.properties import DELAY, KEYS, TAGS, UNIQ_KEY, WAIT, encode_properties
+from formats.sysflag import CompressionType, with_compression
+
+log = logging.getLogger(__name__)
+
+AUTO_CREATE_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+_STATUS: dict[int, str] = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+           ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
+           ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
+
+
+@dataclass(slots=True)
+class Message:
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: Sequence[str] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    delay_level: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    status: str
+    msg_id: str  # the UNIQ_KEY
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+
+
+class SendError(ClientError):
+    """Every attempt failed; names each broker tried and why."""
+
+
+class Producer:
+    def __init__(self, runtime: ClientRuntime, group: str, *, retries: int = 2, timeout_s: float = 3.0,
+                 compress_over_bytes: int = 4096, compression: CompressionType | None = CompressionType.ZSTD) -> None:
+        self.runtime = runtime
+        self.group = group
+        self.retries = retries
+        self.timeout_s = timeout_s
+        self.compress_over_bytes = compress_over_bytes
+        self.compression = compression
+        self._ids = UniqKeyGenerator()
+        self._counters: dict[str, int] = {}
+        runtime.producer_groups.add(group)
+
+    # ------------------------------------------------------------------ API
+
+    async def send(self, msg: Message) -> SendResult:
+        """Send and wait for the broker's answer (retrying on another queue on failure)."""
+        body, sysflag = self._body(msg.body)
+        props = self._properties(msg)
+        return await self._send(msg.topic, body, sysflag, msg.flag, props, batch=False)
+
+    def send_async(self, msg: Message, on_done: Callable[[SendResult | Exception], None]) -> None:
+        """Send in the background; ``on_done`` gets the result or the exception."""
+        async def run() -> None:
+            try:
+                result: SendResult | Exception = await self.send(msg)
+            except (ClientError, RemotingError) as exc:
+                result = exc
+            on_done(result)
+
+        self.runtime.nursery.start_soon(run)
+
+    async def send_oneway(self, msg: Message) -> None:
+        """Send without waiting for an answer."""
+        body, sysflag = self._body(msg.body)
+        route, default = await self._route(msg.topic)
+        queue = self._pick(msg.topic, route, None)
+        addr = route.master(queue.broker_name)
+        if addr is None:
+            raise SendError(f"broker {queue.broker_name} has no master")
+        cmd = self._command(msg.topic, queue, body, sysflag, msg.flag, self._properties(msg), default, batch=False)
+        await self.runtime.oneway(addr, cmd)
+
+    async def send_batch(self, msgs: Sequence[Message]) -> SendResult:
+        """Send messages of one topic as one batch (one request, one queue)."""
+        if not msgs:
+            raise ClientError("empty batch")
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            raise ClientError("a batch holds messages of one topic")
+        items = [BatchItem(m.body, self._properties(m), m.flag) for m in msgs]
+        return await self._send(topic, encode_batch(items), 0, 0, {WAIT: "true"}, batch=True)
+
+    # ------------------------------------------------------------------ internals
+
+    def _body(self, body: bytes) -> tuple[bytes, int]:
+        if self.compression is not None and len(body) >= self.compress_over_bytes:
+            return compress(body, self.compression), with_compression(0, self.compression)
+        return body, 0
+
+    def _properties(self, msg: Message) -> dict[str, str]:
+        props = dict(msg.properties)
+        if msg.tags:
+            props[TAGS] = msg.tags
+        if msg.keys:
+            props[KEYS] = " ".join(msg.keys)
+        if msg.delay_level > 0:
+            props[DELAY] = str(msg.delay_level)
+        props.setdefault(WAIT, "true")
+        props[UNIQ_KEY] = self._ids.next()
+        return props
+
+    async def _route(self, topic: str) -> tuple[TopicRoute, bool]:
+        route = await self.runtime.route(topic)
+        if route is not None and route.write_queues:
+            return route, False
+        default = await self.runtime.route(AUTO_CREATE_TOPIC)
+        if default is None or not default.write_queues:
+            raise SendError(f"No route info of this topic: {topic} (and no {AUTO_CREATE_TOPIC} to auto-create it)")
+        queues = tuple(MessageQueue(topic, q.broker_name, q.queue_id) for q in default.write_queues
+                       if q.queue_id < DEFAULT_TOPIC_QUEUE_NUMS)
+        return TopicRoute(topic, default.brokers, queues, queues), True
+
+    def _pick(self, topic: str, route: TopicRoute, avoid: str | None) -> MessageQueue:
+        queues = route.write_queues
+        n = self._counters.get(topic, 0)
+        for i in range(len(queues)):
+            queue = queues[(n + i) % len(queues)]
+            if queue.broker_name != avoid:
+                self._counters[topic] = n + i + 1
+                return queue
+        self._counters[topic] = n + 1
+        return queues[n % len(queues)]
+
+    def _command(self, topic: str, queue: MessageQueue, body: bytes, sysflag: int, flag: int,
+                 props: dict[str, str], default: bool, *, batch: bool) -> RemotingCommand:
+        ext = {"a": self.group, "b": topic, "c": AUTO_CREATE_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
+               "e": str(queue.queue_id), "f": str(sysflag), "g": str(int(time.time() * 1000)), "h": str(flag),
+               "i": encode_properties(props), "j": "0", "k": "false", "m": "true" if batch else "false"}
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        return RemotingCommand(code=code, ext_fields=ext, body=body)
+
+    async def _send(self, topic: str, body: bytes, sysflag: int, flag: int, props: dict[str, str], *,
+                    batch: bool) -> SendResult:
+        deadline = trio.current_time() + self.timeout_s
+        failures: list[str] = []
+        avoid: str | None = None
+        for _attempt in range(1 + self.retries):
+            left = deadline - trio.current_time()
+            if left <= 0:
+                failures.append("send timeout spent")
+                break
+            route, default = await self._route(topic)
+            queue = self._pick(topic, route, avoid)
+            addr = route.master(queue.broker_name)
+            if addr is None:
+                failures.append(f"{queue.broker_name}: no master")
+                avoid = queue.broker_name
+                continue
+            cmd = self._command(topic, queue, body, sysflag, flag, props, default, batch=batch)
+            try:
+                resp = await self.runtime.invoke(addr, cmd, left)
+            except RemotingError as exc:
+                failures.append(f"{queue.broker_name} ({addr}): {exc}")
+                avoid = queue.broker_name
+                self.runtime.forget_route(topic)
+                continue
+            status = _STATUS.get(resp.code)
+            if status is None:
+                failures.append(f"{queue.broker_name} ({addr}): code {resp.code} {resp.remark}")
+                avoid = queue.broker_name
+                if resp.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.NO_PERMISSION):
+                    break  # the same message fails the same way everywhere
+                continue
+            return SendResult(status, props.get(UNIQ_KEY, ""), resp.ext_fields.get("msgId", ""),
+                              MessageQueue(topic, queue.broker_name, int(resp.ext_fields.get("queueId", queue.queue_id))),
+                              int(resp.ext_fields.get("queueOffset", -1)))
+        raise SendError(f"sending to {topic} failed: " + "; ".join(failures))

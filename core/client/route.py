@@ -1,0 +1,57 @@
+"""Topic routes as a client uses them: queues to publish to and read from, broker addresses."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+MASTER_ID = 0
+PERM_READ = 4
+PERM_WRITE = 2
+_UNQUOTED_KEY = re.compile(rb"([{,])(-?\d+):")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoute:
+    topic: str
+    brokers: dict[str, dict[int, str]]  # broker name -> broker id -> address
+    write_queues: tuple[MessageQueue, ...]
+    read_queues: tuple[MessageQueue, ...]
+
+    def master(self, broker_name: str) -> str | None:
+        return self.brokers.get(broker_name, {}).get(MASTER_ID)
+
+    def any_address(self, broker_name: str, preferred_id: int = MASTER_ID) -> str | None:
+        """The preferred node of a broker group, else its lowest id (a slave when the master is gone)."""
+        addrs = self.brokers.get(broker_name, {})
+        if preferred_id in addrs:
+            return addrs[preferred_id]
+        return addrs[min(addrs)] if addrs else None
+
+
+def parse_route(topic: str, body: bytes) -> TopicRoute:
+    """TopicRouteData, standard JSON or fastjson's unquoted numeric keys."""
+    try:
+        doc: dict[str, Any] = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = orjson.loads(_UNQUOTED_KEY.sub(rb'\1"\2":', body))
+    brokers = {b["brokerName"]: {int(k): v for k, v in (b.get("brokerAddrs") or {}).items()}
+               for b in doc.get("brokerDatas") or []}
+    write, read = [], []
+    for q in sorted(doc.get("queueDatas") or [], key=lambda q: q["brokerName"]):
+        name, perm = q["brokerName"], int(q.get("perm", 6))
+        if perm & PERM_WRITE and MASTER_ID in brokers.get(name, {}):
+            write += [MessageQueue(topic, name, i) for i in range(int(q.get("writeQueueNums", 0)))]
+        if perm & PERM_READ:
+            read += [MessageQueue(topic, name, i) for i in range(int(q.get("readQueueNums", 0)))]
+    return TopicRoute(topic, brokers, tuple(write), tuple(read))

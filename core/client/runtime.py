@@ -1,0 +1,158 @@
+"""One client runtime per process (RocketMQ's MQClientInstance): the remoting client, routes
+from the name servers, heartbeats to every broker, and the requests brokers send us."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import trio
+
+from core.client.route import TopicRoute, parse_route
+from core.errors import RemotingError
+from core.nursery import open_unwrapped_nursery
+from core.remoting.client import RemotingClient
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+from core.remoting.connection import Connection, Reply
+
+if TYPE_CHECKING:
+    from core.client.consumer import PushConsumer
+
+log = logging.getLogger(__name__)
+
+ROUTE_REFRESH_S = 30.0
+HEARTBEAT_S = 30.0
+LANGUAGE = "PYTHON"
+
+
+class ClientError(Exception):
+    """A client operation failed; the message names the broker(s) and why."""
+
+
+class ClientRuntime:
+    def __init__(self, nursery: trio.Nursery, namesrv: list[str], *, instance: str = "DEFAULT") -> None:
+        if not namesrv:
+            raise ClientError("no name server address given")
+        self.nursery = nursery
+        self.namesrv = list(namesrv)
+        self.client_id = f"{_local_ip()}@{os.getpid()}#{instance}#{time.time_ns()}"
+        self.remoting = RemotingClient(nursery, self)
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self.producer_groups: set[str] = set()
+        self.consumers: dict[str, PushConsumer] = {}
+        self._ns_index = 0
+
+    # ------------------------------------------------------------------ routes
+
+    async def route(self, topic: str, *, refresh: bool = False) -> TopicRoute | None:
+        cached = self._routes.get(topic)
+        if cached is not None and not refresh and trio.current_time() - cached[0] < ROUTE_REFRESH_S:
+            return cached[1]
+        errors = []
+        for i in range(len(self.namesrv)):
+            addr = self.namesrv[(self._ns_index + i) % len(self.namesrv)]
+            try:
+                resp = await self.remoting.invoke(addr, RemotingCommand(
+                    code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic}, language=LANGUAGE), 5)
+            except RemotingError as exc:
+                errors.append(f"{addr}: {exc}")
+                continue
+            self._ns_index = (self._ns_index + i) % len(self.namesrv)
+            if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+                self._routes.pop(topic, None)
+                return None
+            if resp.code != ResponseCode.SUCCESS:
+                errors.append(f"{addr}: code {resp.code} {resp.remark}")
+                continue
+            route = parse_route(topic, resp.body)
+            self._routes[topic] = (trio.current_time(), route)
+            return route
+        if cached is not None:
+            return cached[1]  # name servers unreachable: keep using what we knew
+        raise ClientError(f"no name server answered for topic {topic}: {'; '.join(errors)}")
+
+    def forget_route(self, topic: str) -> None:
+        self._routes.pop(topic, None)
+
+    def broker_addresses(self) -> set[str]:
+        return {addr for _, route in self._routes.values() for ids in route.brokers.values() for addr in ids.values()}
+
+    # ------------------------------------------------------------------ calls
+
+    async def invoke(self, address: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        cmd.language = LANGUAGE
+        return await self.remoting.invoke(address, cmd, timeout_s)
+
+    async def oneway(self, address: str, cmd: RemotingCommand) -> None:
+        cmd.language = LANGUAGE
+        await self.remoting.invoke_oneway(address, cmd)
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def heartbeat_body(self) -> bytes:
+        doc: dict[str, Any] = {"clientID": self.client_id,
+                               "producerDataSet": [{"groupName": g} for g in sorted(self.producer_groups)],
+                               "consumerDataSet": [c.heartbeat_data() for c in self.consumers.values()]}
+        return orjson.dumps(doc)
+
+    async def heartbeat_all(self) -> None:
+        body = self.heartbeat_body()
+        for addr in sorted(self.broker_addresses()):
+            try:
+                await self.invoke(addr, RemotingCommand(code=RequestCode.HEART_BEAT, body=body), 3)
+            except RemotingError as exc:
+                log.debug("heartbeat to %s failed: %s", addr, exc)
+
+    async def heartbeat_loop(self) -> None:
+        while True:
+            await trio.sleep(HEARTBEAT_S)
+            await self.heartbeat_all()
+
+    # ------------------------------------------------------------------ broker -> client
+
+    def process(self, request: RemotingCommand, conn: Connection) -> Reply:
+        if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            consumer = self.consumers.get(request.ext_fields.get("consumerGroup", ""))
+            if consumer is not None:
+                consumer.rebalance_soon()
+            return None
+        return request.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {request.code} not supported")
+
+    async def shutdown(self) -> None:
+        for consumer in list(self.consumers.values()):
+            await consumer.stop()
+        body = {"clientID": self.client_id}
+        for addr in sorted(self.broker_addresses()):
+            for group in sorted(self.producer_groups):
+                with contextlib.suppress(RemotingError):
+                    await self.invoke(addr, RemotingCommand(code=RequestCode.UNREGISTER_CLIENT, ext_fields={
+                        **body, "producerGroup": group}), 3)
+        self.remoting.close()
+
+
+def _local_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+@contextlib.asynccontextmanager
+async def open_client(namesrv: list[str], *, instance: str = "DEFAULT") -> AsyncIterator[ClientRuntime]:
+    """A client runtime with its background tasks; shut down cleanly on exit."""
+    async with open_unwrapped_nursery() as nursery:
+        runtime = ClientRuntime(nursery, namesrv, instance=instance)
+        nursery.start_soon(runtime.heartbeat_loop)
+        try:
+            yield runtime
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                await runtime.shutdown()
+            nursery.cancel_scope.cancel()

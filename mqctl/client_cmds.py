@@ -1,0 +1,148 @@
+"""``mqctl send`` and ``mqctl tail``: produce and consume through the client library."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from typing import Annotated, Any
+
+import trio
+import typer
+
+from core.client.consumer import PushConsumer
+from core.client.producer import Message, Producer, SendError
+from core.client.runtime import ClientError, open_client
+from core.config import Config
+from formats.msgid import encode_offset_msg_id
+from formats.record import MessageRecord
+from mqctl.context import load
+from mqctl.errors import CliError
+from mqctl.options import JsonOutput
+
+
+def _namesrv(config: Config) -> list[str]:
+    if not config.nameservers:
+        raise CliError(f"{config.source} lists no name servers")
+    return config.namesrv_addresses
+
+
+def _parse_props(props: list[str]) -> dict[str, str]:
+    out = {}
+    for item in props:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--prop takes key=value, not {item!r}")
+        out[key] = value
+    return out
+
+
+def send(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic to send to.")],
+    body: Annotated[str | None, typer.Argument(help="Message body; read from stdin (one message per line) when absent.")] = None,
+    tag: Annotated[str | None, typer.Option("--tag", help="The message tag.")] = None,
+    key: Annotated[list[str] | None, typer.Option("--key", help="A message key (repeatable).")] = None,
+    prop: Annotated[list[str] | None, typer.Option("--prop", help="A user property k=v (repeatable).")] = None,
+    count: Annotated[int, typer.Option(help="Send the body this many times.")] = 1,
+    group: Annotated[str, typer.Option(help="Producer group.")] = "mqctl-producer",
+    retries: Annotated[int, typer.Option(help="Extra attempts on another queue when a send fails.")] = 2,
+    timeout: Annotated[float, typer.Option(help="Seconds for each message, retries included.")] = 3.0,
+    as_json: JsonOutput = False,
+) -> None:
+    """Send messages and print status, msgId, queue and offset of each."""
+    config = load(ctx)
+    props = _parse_props(prop or [])
+    bodies = [body] * count if body is not None else [line.rstrip("\n") for line in sys.stdin]
+
+    async def run() -> int:
+        failed = 0
+        async with open_client(_namesrv(config)) as client:
+            producer = Producer(client, group, retries=retries, timeout_s=timeout)
+            for text in bodies:
+                msg = Message(topic, text.encode(), tags=tag, keys=key or (), properties=dict(props))
+                try:
+                    result = await producer.send(msg)
+                except (SendError, ClientError) as exc:
+                    failed += 1
+                    typer.echo(json.dumps({"status": "FAILED", "error": str(exc)}) if as_json
+                               else f"FAILED  {exc}", err=not as_json)
+                    continue
+                row = {"status": result.status, "msg_id": result.msg_id, "offset_msg_id": result.offset_msg_id,
+                       "topic": topic, "broker": result.queue.broker_name, "queue_id": result.queue.queue_id,
+                       "queue_offset": result.queue_offset}
+                typer.echo(json.dumps(row) if as_json else
+                           f"{result.status}  msgId={result.msg_id}  queue={result.queue.broker_name}/"
+                           f"{result.queue.queue_id}  offset={result.queue_offset}")
+        return failed
+
+    failed = trio.run(run)
+    if failed:
+        raise CliError(f"{failed} of {len(bodies)} message(s) failed")
+
+
+def _row(rec: MessageRecord) -> dict[str, Any]:
+    try:
+        body = rec.payload().decode("utf-8", "backslashreplace")
+    except Exception as exc:  # an undecodable body still gets a line
+        body = f"<{exc}>"
+    return {"topic": rec.topic, "queue_id": rec.queue_id, "queue_offset": rec.queue_offset, "tags": rec.tags,
+            "keys": rec.keys, "msg_id": rec.uniq_key or encode_offset_msg_id(*rec.store_host, rec.phys_offset),
+            "born_timestamp": rec.born_timestamp, "store_timestamp": rec.store_timestamp,
+            "properties": rec.properties, "body": body}
+
+
+def tail(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic to follow.")],
+    group: Annotated[str | None, typer.Option(help="Consumer group: resumes from its committed offsets. "
+                                              "Without it a private group starts at the end.")] = None,
+    tags: Annotated[str, typer.Option("--tags", help="Tag expression, e.g. 'a||b'.")] = "*",
+    from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Start at the oldest message kept.")] = False,
+    count: Annotated[int | None, typer.Option(help="Exit after this many messages.")] = None,
+    as_json: JsonOutput = False,
+) -> None:
+    """Follow a topic like tail -f; with --count, exit after that many messages."""
+    config = load(ctx)
+
+    async def run() -> None:
+        seen = 0
+        done = trio.Event()
+        lock = trio.Lock()
+
+        async def handler(messages: list[MessageRecord]) -> int:
+            nonlocal seen
+            async with lock:
+                taken = 0
+                for rec in messages:
+                    if count is not None and seen >= count:
+                        break
+                    row = _row(rec)
+                    if as_json:
+                        typer.echo(json.dumps(row))
+                    else:
+                        stamp = dt.datetime.fromtimestamp(rec.store_timestamp / 1000).strftime("%H:%M:%S.%f")[:-3]
+                        typer.echo(f"{stamp}  {rec.queue_id}@{rec.queue_offset}  tags={rec.tags or ''}  "
+                                   f"keys={' '.join(rec.keys)}  {row['body']}")
+                    sys.stdout.flush()
+                    seen += 1
+                    taken += 1
+                if count is not None and seen >= count:
+                    done.set()
+                return taken
+
+        private = group is None
+        name = group or f"mqctl-tail-{trio.lowlevel.current_root_task().__hash__() & 0xFFFFFF:x}"
+        async with open_client(_namesrv(config)) as client:
+            route = await client.route(topic)
+            if route is None:
+                raise CliError(f"topic {topic} does not exist (no route on the name servers)")
+            consumer = PushConsumer(client, name, handler, from_beginning=from_beginning, use_committed=not private)
+            consumer.subscribe(topic, tags)
+            await consumer.start()
+            await done.wait()
+
+    try:
+        trio.run(run)
+    except KeyboardInterrupt:
+        pass

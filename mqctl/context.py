@@ -1,0 +1,24 @@
+"""What every command needs from the root options: the loaded config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from core.config import Config, load_config
+from core.errors import ConfigError
+from mqctl.errors import CliError
+
+
+def config_path(ctx: typer.Context) -> Path:
+    obj = ctx.find_root().obj or {}
+    path: Path = obj.get("config", Path("conf.toml"))
+    return path
+
+
+def load(ctx: typer.Context) -> Config:
+    try:
+        return load_config(config_path(ctx))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None

@@ -1,0 +1,58 @@
+"""Asking running nodes questions over the protocol (synchronous wrappers for the CLI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import trio
+
+from core.errors import RemotingError
+from core.remoting.client import open_remoting_client
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+
+GET_BROKER_RUNTIME_INFO = 28
+PROBE_CODE = 0  # no node handles code 0: any answer proves the node serves
+
+
+async def serves(address: str, timeout_s: float = 1.0) -> bool:
+    try:
+        async with open_remoting_client(connect_timeout_s=timeout_s) as client:
+            await client.invoke(address, RemotingCommand(code=PROBE_CODE), timeout_s)
+        return True
+    except (RemotingError, OSError):
+        return False
+
+
+async def call(address: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+    async with open_remoting_client(connect_timeout_s=timeout_s) as client:
+        return await client.invoke(address, cmd, timeout_s)
+
+
+async def cluster_info(namesrv: list[str]) -> dict[str, Any] | None:
+    for address in namesrv:
+        try:
+            resp = await call(address, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO))
+        except RemotingError:
+            continue
+        if resp.code == ResponseCode.SUCCESS and resp.body:
+            doc: dict[str, Any] = orjson.loads(resp.body)
+            return doc
+    return None
+
+
+async def runtime_info(address: str) -> dict[str, str] | None:
+    try:
+        resp = await call(address, RemotingCommand(code=GET_BROKER_RUNTIME_INFO), 2.0)
+    except RemotingError:
+        return None
+    if resp.code != ResponseCode.SUCCESS or not resp.body:
+        return None
+    table: dict[str, str] = orjson.loads(resp.body).get("table", {})
+    return table
+
+
+def run(fn, *args):  # type: ignore[no-untyped-def]
+    """Run an async probe from synchronous CLI code."""
+    return trio.run(fn, *args)

@@ -1,0 +1,135 @@
+"""Starting, finding and stopping a config's nodes as background processes.
+
+Each node runs ``python -m mqctl.node``; its pid file is ``data_dir/run/<node>.pid`` and its log
+``data_dir/logs/<node>.log``. A pid file only counts while its process is still an mqctl node
+of that name (a reused pid does not).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.config import Config
+from mqctl.errors import CliError
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    kind: str  # "nameserver" | "broker"
+    listen: str
+
+
+def nodes_of(config: Config, names: list[str] | None = None) -> list[NodeSpec]:
+    """The config's nodes, name servers first (the order to start in)."""
+    specs = [NodeSpec(ns.name, "nameserver", ns.listen) for ns in config.nameservers]
+    specs += [NodeSpec(b.node, "broker", b.listen) for b in config.brokers]
+    if names:
+        unknown = sorted(set(names) - {s.name for s in specs})
+        if unknown:
+            raise CliError(f"no node named {', '.join(unknown)} (nodes: {', '.join(s.name for s in specs)})")
+        specs = [s for s in specs if s.name in names]
+    return specs
+
+
+def run_dir(config: Config) -> Path:
+    return config.data_dir / "run"
+
+
+def log_path(config: Config, node: str) -> Path:
+    return config.data_dir / "logs" / f"{node}.log"
+
+
+def pid_path(config: Config, node: str) -> Path:
+    return run_dir(config) / f"{node}.pid"
+
+
+def running_pid(config: Config, node: str) -> int | None:
+    """The pid of the live process serving ``node``, or ``None``."""
+    path = pid_path(config, node)
+    try:
+        pid = int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    if not _is_node_process(pid, node):
+        path.unlink(missing_ok=True)
+        return None
+    return pid
+
+
+def _is_node_process(pid: int, node: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+        return False
+    return state != "Z" and b"mqctl.node" in cmdline and node.encode() in cmdline
+
+
+def spawn(config: Config, spec: NodeSpec) -> int:
+    """Start ``spec`` in the background, detached from this terminal; returns its pid."""
+    assert config.source is not None
+    logs = log_path(config, spec.name)
+    logs.parent.mkdir(parents=True, exist_ok=True)
+    run_dir(config).mkdir(parents=True, exist_ok=True)
+    with open(logs, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqctl.node", "--config", str(config.source), "--node", spec.name],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=config.source.parent,
+        )
+    pid_path(config, spec.name).write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def wait_exited(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return True
+        except ChildProcessError:
+            pass
+        if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def stop(config: Config, spec: NodeSpec, *, force: bool, timeout_s: float = STOP_TIMEOUT_S) -> str:
+    """Stop one node: SIGTERM (graceful) or SIGKILL; returns what happened."""
+    pid = running_pid(config, spec.name)
+    if pid is None:
+        return "not running"
+    try:
+        os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    if not wait_exited(pid, timeout_s):
+        raise CliError(f"{spec.name} (pid {pid}) did not stop within {timeout_s:.0f}s; try --force")
+    pid_path(config, spec.name).unlink(missing_ok=True)
+    return "killed" if force else "stopped"
+
+
+def tail_of_log(config: Config, node: str, lines: int = 15) -> str:
+    try:
+        return "\n".join(log_path(config, node).read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
