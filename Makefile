@@ -1,4 +1,4 @@
-# make run  - install into .venv, start the default cluster, show a round trip and status
+# make run  - install into .venv, start the default cluster, show a send/tail round trip and status
 # make test - install into .venv and run the whole test suite
 
 PYTHON ?= python3
@@ -16,17 +16,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-DEMO := .mqctl/demo
-
-# Until the broker lands, `make run` shows the store: write records, dump them, verify them.
+# Start the default cluster (conf.toml), send three messages, read them back, show status.
+# The cluster keeps running: `.venv/bin/mqctl stop` stops it.
 run: install
-	rm -rf $(DEMO) && mkdir -p $(DEMO)
-	@echo "== writing 2,000 records into a store under $(DEMO)"
-	@$(BIN)/mqctl bench store --records 2000 --sync-records 500 --rounds 1 --dir $(DEMO) --keep > /dev/null
-	@echo "== its first records"
-	$(BIN)/mqctl dump $$(ls -d $(DEMO)/mqctl-bench-*/round-0/async/commitlog) --limit 5
-	@echo "== every record verified"
-	$(BIN)/mqctl dump $$(ls -d $(DEMO)/mqctl-bench-*/round-0/async/commitlog) --verify
+	$(BIN)/mqctl start
+	$(BIN)/mqctl send Demo "hello from mqctl" --tag demo --key greeting --count 3
+	$(BIN)/mqctl tail Demo --group make-run --count 3
+	$(BIN)/mqctl status
 
 test: install
 	$(BIN)/python -m pytest
@@ -35,4 +31,5 @@ bench: install
 	$(BIN)/mqctl bench store
 
 clean:
-	rm -rf $(VENV) .mqctl .pytest_cache
+	-$(BIN)/mqctl stop --force
+	rm -rf $(VENV) data .pytest_cache
