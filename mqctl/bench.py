@@ -20,6 +20,8 @@ from core.config import StoreConfig
 from core.store.message_store import open_message_store
 from formats.msgid import UniqKeyGenerator
 from formats.record import MessageRecord, encode_record
+from mqctl.context import load
+from mqctl.errors import CliError
 from mqctl.options import JsonOutput
 
 bench_app = typer.Typer(help="Benchmarks (results belong in docs/benchmarks.md).", no_args_is_help=True)
@@ -186,3 +188,89 @@ def bench_store(
                f"{'OK' if result['sync_target_met'] else 'BELOW TARGET'}")
     if keep:
         typer.echo(f"store files kept in {result['store_dir']}")
+
+
+# ---------------------------------------------------------------------- through the broker
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def run_workers(mode: str, base_args: dict[str, object], processes: int) -> dict[str, object]:
+    """Start ``processes`` worker processes, release them together, merge their results."""
+    import subprocess
+    import sys
+
+    procs = []
+    for worker in range(processes):
+        args = dict(base_args, mode=mode, worker=worker, workers=processes)
+        procs.append(subprocess.Popen([sys.executable, "-m", "mqctl.bench_worker", json.dumps(args)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    for p in procs:
+        assert p.stdout is not None
+        line = p.stdout.readline().strip()
+        if line != "ready":
+            for q in procs:
+                q.kill()
+            raise CliError(f"a {mode} worker failed to start: {line or 'no output'}")
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise CliError(f"a {mode} worker failed (exit {p.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    count = sum(r["count"] for r in results)
+    size = sum(r["bytes"] for r in results)
+    elapsed = max(r["elapsed"] for r in results)
+    latencies = sorted(x for r in results for x in r["latencies_ms"])
+    return {"mode": mode, "processes": processes, "messages": count, "seconds": round(elapsed, 3),
+            "msgs_per_s": round(count / elapsed) if elapsed else 0,
+            "mb_per_s": round(size / elapsed / 1e6, 1) if elapsed else 0.0,
+            "p50_ms": round(_percentile(latencies, 0.50), 2), "p99_ms": round(_percentile(latencies, 0.99), 2)}
+
+
+def _print_run(result: dict[str, object], as_json: bool, extra: str = "") -> None:
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(f"{result['mode']}: {result['messages']:,} messages in {result['seconds']} s from "
+               f"{result['processes']} process(es){extra}: {result['msgs_per_s']:,} msgs/s, "
+               f"{result['mb_per_s']} MB/s, p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms")
+
+
+@bench_app.command("produce")
+def bench_produce(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Option(help="Topic to send to (created through TBW102 if new).")] = "BenchTopic",
+    messages: Annotated[int, typer.Option(help="Messages per process.")] = 100_000,
+    size: Annotated[int, typer.Option(help="Body bytes.")] = 1024,
+    inflight: Annotated[int, typer.Option(help="Sends in flight per process.")] = 256,
+    processes: Annotated[int, typer.Option(help="Client processes.")] = 1,
+    as_json: JsonOutput = False,
+) -> None:
+    """Send 1 KiB messages to the running cluster with N in flight: msgs/s, MB/s, p50/p99."""
+    config = load(ctx)
+    result = run_workers("produce", {"namesrv": config.namesrv_addresses, "topic": topic, "messages": messages,
+                                     "size": size, "inflight": inflight}, processes)
+    result["inflight"] = inflight
+    _print_run(result, as_json, f", {inflight} in flight each")
+
+
+@bench_app.command("consume")
+def bench_consume(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Option(help="Topic to read from the beginning to its current end.")] = "BenchTopic",
+    processes: Annotated[int, typer.Option(help="Client processes (queues are split between them).")] = 1,
+    as_json: JsonOutput = False,
+) -> None:
+    """Pull a topic from its start to its current end, every queue in flight at once."""
+    config = load(ctx)
+    result = run_workers("consume", {"namesrv": config.namesrv_addresses, "topic": topic}, processes)
+    _print_run(result, as_json)

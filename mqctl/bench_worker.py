@@ -1,0 +1,107 @@
+"""A benchmark client process: ``python -m mqctl.bench_worker JSON_ARGS``.
+
+Prints ``ready`` once connected, waits for ``go`` on stdin, runs, prints one JSON result:
+count, bytes, elapsed seconds and a quantile-preserving sample of latencies (ms).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import trio
+
+from core.client.consumer import PullStatus, pull
+from core.client.producer import Message, Producer
+from core.client.runtime import open_client
+
+SAMPLE_MAX = 20_000
+
+
+def sample(latencies: list[float]) -> list[float]:
+    latencies.sort()
+    if len(latencies) <= SAMPLE_MAX:
+        return latencies
+    step = len(latencies) / SAMPLE_MAX
+    return [latencies[int(i * step)] for i in range(SAMPLE_MAX)]
+
+
+async def wait_go() -> None:
+    print("ready", flush=True)
+    line = await trio.to_thread.run_sync(sys.stdin.readline)
+    if line.strip() != "go":
+        raise SystemExit("no go")
+
+
+async def produce(args: dict[str, Any]) -> dict[str, Any]:
+    body = b"x" * args["size"]
+    latencies: list[float] = []
+    async with open_client(args["namesrv"], instance=f"bench-{args['worker']}") as client:
+        producer = Producer(client, "mqctl-bench", compression=None, timeout_s=10)
+        await producer.send(Message(args["topic"], body))  # routes and connections warm
+        await wait_go()
+        left = args["messages"]
+        start = time.perf_counter()
+
+        async def sender() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                t0 = time.perf_counter()
+                await producer.send(Message(args["topic"], body))
+                latencies.append((time.perf_counter() - t0) * 1000)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(args["inflight"]):
+                nursery.start_soon(sender)
+        elapsed = time.perf_counter() - start
+    return {"count": len(latencies), "bytes": len(latencies) * args["size"], "elapsed": elapsed,
+            "latencies_ms": sample(latencies)}
+
+
+async def consume(args: dict[str, Any]) -> dict[str, Any]:
+    latencies: list[float] = []
+    count = 0
+    size = 0
+    async with open_client(args["namesrv"], instance=f"bench-{args['worker']}") as client:
+        route = await client.route(args["topic"])
+        if route is None:
+            raise SystemExit(f"no route for {args['topic']}")
+        queues = sorted(route.read_queues)[args["worker"]::args["workers"]]
+        await wait_go()
+        start = time.perf_counter()
+
+        async def drain(mq, end: int) -> None:  # type: ignore[no-untyped-def]
+            nonlocal count, size
+            offset = 0
+            while offset < end:
+                t0 = time.perf_counter()
+                result = await pull(client, "mqctl-bench", mq, offset, max_nums=32)
+                latencies.append((time.perf_counter() - t0) * 1000)
+                count += len(result.messages)
+                size += sum(len(m.body) for m in result.messages)
+                if result.status in (PullStatus.NO_NEW_MSG, PullStatus.OFFSET_ILLEGAL) and result.next_offset <= offset:
+                    break
+                offset = result.next_offset
+
+        from core.client.consumer import max_offset
+
+        ends = {mq: await max_offset(client, mq) for mq in queues}
+        async with trio.open_nursery() as nursery:
+            for mq in queues:
+                nursery.start_soon(drain, mq, ends[mq])
+        elapsed = time.perf_counter() - start
+    return {"count": count, "bytes": size, "elapsed": elapsed, "latencies_ms": sample(latencies)}
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    fn = produce if args["mode"] == "produce" else consume
+    result = trio.run(fn, args)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
