@@ -18,6 +18,7 @@ follow Java's MessageClientIDSetter shape:
 from __future__ import annotations
 
 import calendar
+import functools
 import ipaddress
 import itertools
 import os
@@ -44,9 +45,14 @@ class OffsetMsgId:
 
 def encode_offset_msg_id(host: str, port: int, phys_offset: int) -> str:
     """The broker's msgId for the record at ``phys_offset`` stored on ``host:port``."""
+    packed, layout = _packed_host(host)
+    return layout.pack(packed, port, phys_offset).hex().upper()
+
+
+@functools.lru_cache(maxsize=256)
+def _packed_host(host: str) -> tuple[bytes, struct.Struct]:
     ip = ipaddress.ip_address(host)
-    layout = _OFFSET_V6 if ip.version == 6 else _OFFSET_V4
-    return layout.pack(ip.packed, port, phys_offset).hex().upper()
+    return ip.packed, (_OFFSET_V6 if ip.version == 6 else _OFFSET_V4)
 
 
 def decode_offset_msg_id(msg_id: str) -> OffsetMsgId:
@@ -75,12 +81,17 @@ class UniqKeyGenerator:
         self._hash = id(self) & 0x7FFFFFFF
         self._counter = itertools.count()
         self._lock = threading.Lock()
+        self._month_start = 0
+        self._next_month_start = 0  # the month start is cached: gmtime per id cost 4% of a send
 
     def next(self, now_ms: int | None = None) -> str:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
             seq = next(self._counter) & 0xFFFF
-        since_month = (now - month_start_ms(now)) & 0xFFFFFFFF
+            if not self._month_start <= now < self._next_month_start:
+                self._month_start = month_start_ms(now)
+                self._next_month_start = month_start_ms(self._month_start + 32 * 86_400_000)
+        since_month = (now - self._month_start) & 0xFFFFFFFF
         return _UNIQ.pack(self._prefix, self._pid, self._hash, since_month, seq).hex().upper()
 
 

@@ -253,14 +253,17 @@ def bench_produce(
     size: Annotated[int, typer.Option(help="Body bytes.")] = 1024,
     inflight: Annotated[int, typer.Option(help="Sends in flight per process.")] = 256,
     processes: Annotated[int, typer.Option(help="Client processes.")] = 1,
+    auto_batch: Annotated[bool, typer.Option("--auto-batch/--no-auto-batch",
+                                             help="Let concurrent sends share batch requests (RocketMQ 5's autoBatch).")] = True,
     as_json: JsonOutput = False,
 ) -> None:
     """Send 1 KiB messages to the running cluster with N in flight: msgs/s, MB/s, p50/p99."""
     config = load(ctx)
     result = run_workers("produce", {"namesrv": config.namesrv_addresses, "topic": topic, "messages": messages,
-                                     "size": size, "inflight": inflight}, processes)
+                                     "size": size, "inflight": inflight, "auto_batch": auto_batch}, processes)
     result["inflight"] = inflight
-    _print_run(result, as_json, f", {inflight} in flight each")
+    result["auto_batch"] = auto_batch
+    _print_run(result, as_json, f", {inflight} in flight each{', auto-batched' if auto_batch else ''}")
 
 
 @bench_app.command("consume")

@@ -93,9 +93,10 @@ def stop_cmd(ctx: typer.Context, nodes: NodeNames = None,
 def restart(ctx: typer.Context, nodes: NodeNames = None,
             timeout: Annotated[float, typer.Option(help="Seconds to wait for the nodes to serve.")] = START_TIMEOUT_S,
             as_json: JsonOutput = False) -> None:
-    """Stop then start nodes, one at a time: brokers, then name servers."""
+    """Stop then start nodes one at a time: name servers first (brokers register with them
+    when they start), then brokers."""
     config = load(ctx)
-    for spec in reversed(nodes_of(config, nodes)):
+    for spec in nodes_of(config, nodes):
         stop(config, spec, force=False)
         start(ctx, [spec.name], timeout=timeout, as_json=as_json)
 

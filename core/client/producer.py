@@ -54,10 +54,91 @@ class SendError(ClientError):
     """Every attempt failed; names each broker tried and why."""
 
 
+class _Waiter:
+    __slots__ = ("event", "result")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.result: SendResult | Exception | None = None
+
+
+class _Accumulator:
+    """Auto-batching for one topic (RocketMQ 5's autoBatch, without a linger delay): sends
+    queue up while earlier batches are in flight, and go out together as one batch request."""
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.queued: list[tuple[BatchItem, str, _Waiter]] = []
+        self.queued_bytes = 0
+        self.inflight = 0
+        self.launch_pending = False
+
+    async def send(self, item: BatchItem, uniq: str) -> SendResult:
+        waiter = _Waiter()
+        self.queued.append((item, uniq, waiter))
+        self.queued_bytes += len(item.body)
+        if not self.launch_pending and self.inflight < self.producer.batch_inflight_max:
+            # launch after this scheduler round, so every sender woken together joins the batch
+            self.launch_pending = True
+            self.producer.runtime.nursery.start_soon(self._launch_soon)
+        await waiter.event.wait()
+        assert waiter.result is not None
+        if isinstance(waiter.result, Exception):
+            raise waiter.result
+        return waiter.result
+
+    async def _launch_soon(self) -> None:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        self.launch_pending = False
+        while self.queued and self.inflight < self.producer.batch_inflight_max:
+            self._launch()
+
+    def _launch(self) -> None:
+        take, size = 0, 0
+        for item, _, _ in self.queued:
+            if take and (take >= self.producer.batch_messages_max or size + len(item.body) > self.producer.batch_bytes_max):
+                break
+            take += 1
+            size += len(item.body)
+        batch, self.queued = self.queued[:take], self.queued[take:]
+        self.queued_bytes -= size
+        self.inflight += 1
+        self.producer.runtime.nursery.start_soon(self._send_batch, batch)
+
+    async def _send_batch(self, batch: list[tuple[BatchItem, str, _Waiter]]) -> None:
+        try:
+            result = await self.producer._send(self.topic, encode_batch([b[0] for b in batch]), 0, 0,
+                                               {WAIT: "true"}, batch=True)
+            ids = result.offset_msg_id.split(",")
+            for i, (_, uniq, waiter) in enumerate(batch):
+                waiter.result = SendResult(result.status, uniq, ids[i] if i < len(ids) else "", result.queue,
+                                           result.queue_offset + i)
+        except (ClientError, RemotingError) as exc:
+            for _, _, waiter in batch:
+                waiter.result = exc
+        finally:
+            self.inflight -= 1
+            for _, _, waiter in batch:
+                if waiter.result is None:
+                    waiter.result = SendError("the batch was abandoned")
+                waiter.event.set()
+            if self.queued and self.inflight < self.producer.batch_inflight_max and not self.launch_pending:
+                self.launch_pending = True
+                self.producer.runtime.nursery.start_soon(self._launch_soon)
+
+
 class Producer:
     def __init__(self, runtime: ClientRuntime, group: str, *, retries: int = 2, timeout_s: float = 3.0,
-                 compress_over_bytes: int = 4096, compression: CompressionType | None = CompressionType.ZSTD) -> None:
+                 compress_over_bytes: int = 4096, compression: CompressionType | None = CompressionType.ZSTD,
+                 auto_batch: bool = False, batch_messages_max: int = 32, batch_bytes_max: int = 512 * 1024,
+                 batch_inflight_max: int = 8) -> None:
         self.runtime = runtime
+        self.auto_batch = auto_batch
+        self.batch_messages_max = batch_messages_max
+        self.batch_bytes_max = batch_bytes_max
+        self.batch_inflight_max = batch_inflight_max
+        self._accumulators: dict[str, _Accumulator] = {}
         self.group = group
         self.retries = retries
         self.timeout_s = timeout_s
@@ -70,9 +151,17 @@ class Producer:
     # ------------------------------------------------------------------ API
 
     async def send(self, msg: Message) -> SendResult:
-        """Send and wait for the broker's answer (retrying on another queue on failure)."""
+        """Send and wait for the broker's answer (retrying on another queue on failure).
+
+        With ``auto_batch``, concurrent sends to a topic share batch requests; delayed and
+        compressed messages still go one by one."""
         body, sysflag = self._body(msg.body)
         props = self._properties(msg)
+        if self.auto_batch and not sysflag and msg.delay_level <= 0:
+            acc = self._accumulators.get(msg.topic)
+            if acc is None:
+                acc = self._accumulators[msg.topic] = _Accumulator(self, msg.topic)
+            return await acc.send(BatchItem(body, props, msg.flag), props[UNIQ_KEY])
         return await self._send(msg.topic, body, sysflag, msg.flag, props, batch=False)
 
     def send_async(self, msg: Message, on_done: Callable[[SendResult | Exception], None]) -> None:

@@ -9,6 +9,7 @@ its in-flight handlers and its pending requests.
 
 from __future__ import annotations
 
+import heapq
 import inspect
 import itertools
 import logging
@@ -33,8 +34,8 @@ from core.remoting.command import (
 log = logging.getLogger(__name__)
 
 RECEIVE_BYTES = 256 * 1024
-COALESCE_BYTES_MAX = 1024 * 1024
-SEND_QUEUE_MAX = 4096
+OUT_BUFFER_BYTES_MAX = 4 * 1024 * 1024  # queued outgoing bytes before senders wait
+SWEEP_S = 0.05  # how often request deadlines are checked
 INFLIGHT_MAX = 4096
 PENDING_MAX = 65536
 
@@ -60,11 +61,12 @@ class ConnectionStatistics:
 
 
 class _Pending:
-    __slots__ = ("event", "response")
+    __slots__ = ("event", "response", "deadline")
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float) -> None:
         self.event = trio.Event()
         self.response: RemotingCommand | None = None
+        self.deadline = deadline
 
 
 class Connection:
@@ -77,7 +79,7 @@ class Connection:
         *,
         remote: str = "?",
         frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
-        send_queue_max: int = SEND_QUEUE_MAX,
+        out_buffer_max: int = OUT_BUFFER_BYTES_MAX,
         inflight_max: int = INFLIGHT_MAX,
         plugins: PluginHost | None = None,
     ) -> None:
@@ -88,8 +90,14 @@ class Connection:
         self.inflight_max = inflight_max
         self.plugins = plugins
         self._rpc_hooks = plugins is not None and plugins.has_rpc_hooks()
-        self._send, self._outbox = trio.open_memory_channel[bytes](send_queue_max)
+        # Outgoing frames accumulate here; the writer sends everything queued in one write.
+        self._out = bytearray()
+        self._out_frames = 0
+        self._out_max = out_buffer_max
+        self._writer_lot = trio.lowlevel.ParkingLot()  # the writer waits here for frames
+        self._room_lot = trio.lowlevel.ParkingLot()  # senders wait here for buffer room
         self._pending: dict[int, _Pending] = {}
+        self._deadlines: list[tuple[float, int]] = []
         self._opaques = itertools.count(1)
         self._inflight = 0
         self._nursery: trio.Nursery | None = None
@@ -107,11 +115,13 @@ class Connection:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
+                nursery.start_soon(self._sweeper)
                 task_status.started()
                 await self._reader()
                 nursery.cancel_scope.cancel()
         finally:
             self.closed.set()
+            self._room_lot.unpark_all()
             for pending in self._pending.values():
                 pending.event.set()
             self._pending.clear()
@@ -126,7 +136,7 @@ class Connection:
         return ConnectionStatistics(
             frames_received=self._frames_received, frames_sent=self._frames_sent,
             sends=self._sends, inflight=self._inflight, pending_requests=len(self._pending),
-            queued_frames=self._outbox.statistics().current_buffer_used,
+            queued_frames=self._out_frames,
         )
 
     # ------------------------------------------------------------------ reading
@@ -178,7 +188,9 @@ class Connection:
         except Exception as exc:  # a processor bug must not take the connection down
             log.exception("%s: request %d failed", self.remote, request.code)
             result = request.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if inspect.isawaitable(result):
+        if type(result) is RemotingCommand:
+            await self.reply(request, result)
+        elif inspect.isawaitable(result):
             if self._inflight >= self.inflight_max:
                 if inspect.iscoroutine(result):
                     result.close()
@@ -189,7 +201,7 @@ class Connection:
             assert self._nursery is not None
             self._nursery.start_soon(self._finish, request, result)
         elif result is not None:
-            await self.reply(request, result)
+            await self.reply(request, result)  # type: ignore[arg-type]
 
     async def _finish(self, request: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
         try:
@@ -214,29 +226,42 @@ class Connection:
     # ------------------------------------------------------------------ writing
 
     async def _send_frame(self, cmd: RemotingCommand) -> None:
-        try:
-            await self._send.send(encode_frame(cmd))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise ConnectionClosedError(f"connection to {self.remote} is closed") from None
+        """Queue ``cmd`` for the writer; waits only while the outgoing buffer is full."""
+        while len(self._out) >= self._out_max and not self.closed.is_set():
+            await self._room_lot.park()
+        if self.closed.is_set():
+            raise ConnectionClosedError(f"connection to {self.remote} is closed")
+        self._out += encode_frame(cmd)
+        self._out_frames += 1
+        if self._writer_lot:
+            self._writer_lot.unpark()
 
     async def _writer(self) -> None:
-        outbox = self._outbox
         try:
-            async for frame in outbox:
-                batch = [frame]
-                size = len(frame)
-                while size < COALESCE_BYTES_MAX:
-                    try:
-                        more = outbox.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    batch.append(more)
-                    size += len(more)
-                await self.stream.send_all(frame if len(batch) == 1 else b"".join(batch))
-                self._frames_sent += len(batch)
+            while True:
+                while not self._out:
+                    await self._writer_lot.park()
+                data, frames = self._out, self._out_frames
+                self._out, self._out_frames = bytearray(), 0
+                await self.stream.send_all(data)
+                self._frames_sent += frames
                 self._sends += 1
+                if self._room_lot:
+                    self._room_lot.unpark_all()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.close()
+
+    async def _sweeper(self) -> None:
+        """Fail requests whose deadline passed (one heap for all, not a timer each)."""
+        heap = self._deadlines
+        while True:
+            await trio.sleep(SWEEP_S)
+            now = trio.current_time()
+            while heap and heap[0][0] <= now:
+                _, opaque = heapq.heappop(heap)
+                pending = self._pending.pop(opaque, None)
+                if pending is not None:
+                    pending.event.set()  # no response: request() reports the timeout
 
     # ------------------------------------------------------------------ requests
 
@@ -246,16 +271,17 @@ class Connection:
             raise ConnectionClosedError(f"connection to {self.remote} is closed")
         if len(self._pending) >= PENDING_MAX:
             raise RemotingError(f"{PENDING_MAX} requests already pending on {self.remote}")
-        cmd.opaque = next(self._opaques) & 0x7FFFFFFF
+        cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
         cmd.flag &= ~1
-        pending = _Pending()
-        self._pending[cmd.opaque] = pending
+        deadline = trio.current_time() + timeout_s
+        pending = _Pending(deadline)
+        self._pending[opaque] = pending
+        heapq.heappush(self._deadlines, (deadline, opaque))
         try:
-            with trio.move_on_after(timeout_s):
-                await self._send_frame(cmd)
-                await pending.event.wait()
+            await self._send_frame(cmd)
+            await pending.event.wait()
         finally:
-            self._pending.pop(cmd.opaque, None)
+            self._pending.pop(opaque, None)
         if pending.response is not None:
             if self._rpc_hooks:
                 assert self.plugins is not None

@@ -270,8 +270,11 @@ class MessageStore:
         if self._notify_dispatch and self.plugins is not None:
             requests = []
             for rec, _cq, phys, size, queue_offset, stamp in pending:
-                requests.append(DispatchRequest.of(rec, phys, size)._replace(
-                    queue_offset=queue_offset, store_timestamp=stamp))
+                props = rec.properties
+                keys = props.get(KEYS_PROPERTY)
+                requests.append(DispatchRequest(
+                    rec.topic, rec.queue_id, queue_offset, phys, size, tags_code(props.get(TAGS_PROPERTY)),
+                    stamp, rec.sysflag, tuple(keys.split()) if keys else (), props.get(UNIQ_KEY_PROPERTY)))
             self.plugins.records_dispatched(self.root, requests)
         return len(pending)
 

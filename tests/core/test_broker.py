@@ -315,3 +315,33 @@ async def test_clients_use_any_live_name_server(nursery, tmp_path):
     async with open_client(["127.0.0.1:1", cluster.namesrv[0]]) as client:
         assert (await client.route("Multi")) is not None
     assert tags_code("t") != 0
+
+
+async def test_auto_batched_sends_report_each_messages_own_offset_and_id(broker):
+    from core.client.producer import Message, Producer
+    from formats.msgid import decode_offset_msg_id
+
+    _, addr, cluster = broker
+    async with open_client(cluster.namesrv) as client:
+        producer = Producer(client, "PG", auto_batch=True)
+        results = {}
+
+        async def one(i):
+            results[i] = await producer.send(Message("Auto", f"m{i}".encode(), tags="t", keys=[f"k{i}"]))
+
+        async with trio.open_nursery() as inner:
+            for i in range(300):
+                inner.start_soon(one, i)
+        assert len(results) == 300 and {r.status for r in results.values()} == {"SEND_OK"}
+        seen = set()
+        async with open_remoting_client() as raw:
+            for i, r in results.items():
+                phys = decode_offset_msg_id(r.offset_msg_id).phys_offset
+                view = await raw.invoke(addr, RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(phys)}))
+                (rec,) = decode_records(view.body)
+                assert rec.body == f"m{i}".encode() and rec.uniq_key == r.msg_id
+                assert (rec.queue_id, rec.queue_offset) == (r.queue.queue_id, r.queue_offset)
+                seen.add((rec.queue_id, rec.queue_offset))
+        assert len(seen) == 300
+        big = await producer.send(Message("Auto", b"z" * 10_000))  # compressed: sent on its own
+        assert big.status == "SEND_OK"
