@@ -34,6 +34,7 @@ class BatchItem:
     body: bytes
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
+    properties_text: bytes | None = field(default=None, compare=False)  # as received, when decoded
 
 
 def encode_batch(items: Iterable[BatchItem]) -> bytes:
@@ -68,10 +69,11 @@ def decode_batch(buf: bytes) -> list[BatchItem]:
         props_len = _I16.unpack_from(buf, props_pos)[0]
         if props_len < 0 or props_pos + 2 + props_len != pos + total:
             raise FormatError(f"batch item at {pos} has bad properties length {props_len}")
+        raw = bytes(buf[props_pos + 2 : pos + total])
         try:
-            props = decode_properties(buf[props_pos + 2 : pos + total].decode())
+            props = decode_properties(raw.decode())
         except UnicodeDecodeError:
             raise FormatError(f"batch item at {pos} has non-UTF-8 properties") from None
-        out.append(BatchItem(bytes(buf[body_start:props_pos]), props, flag))
+        out.append(BatchItem(bytes(buf[body_start:props_pos]), props, flag, raw))
         pos += total
     return out

@@ -113,6 +113,9 @@ class MessageRecord:
     body_crc: int = 0
     magic: int = MAGIC_V1
     total_size: int = 0
+    # The properties already encoded, when the caller has them (a batch item's bytes): the
+    # encoder then writes these instead of encoding ``properties`` again. Must say the same.
+    properties_text: bytes | None = None
 
     @property
     def tags(self) -> str | None:
@@ -154,10 +157,19 @@ def _host_bytes(host: Host) -> tuple[bytes, bool]:
 
 def _host_from(buf: ReadableBytes, pos: int, v6: bool) -> Host:
     width = 16 if v6 else 4
-    raw = bytes(buf[pos : pos + width])
     port = _I32.unpack_from(buf, pos + width)[0]
-    ip = ipaddress.IPv6Address(raw) if v6 else ipaddress.IPv4Address(raw)
-    return (str(ip), port)
+    return (_ip_text(bytes(buf[pos : pos + width])), port)
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_text(raw: bytes) -> str:
+    return raw.decode()
+
+
+@functools.lru_cache(maxsize=4096)
+def _ip_text(raw: bytes) -> str:
+    """Text form of a packed address (cached: ipaddress costs a quarter of a record decode)."""
+    return str(ipaddress.IPv6Address(raw) if len(raw) == 16 else ipaddress.IPv4Address(raw))
 
 
 def host_width(sysflag: int, v6_bit: int) -> int:
@@ -177,7 +189,9 @@ def prepare_record(rec: MessageRecord) -> PreparedRecord:
     (topic field, properties). The magic is v2 only when the topic needs a 2-byte length."""
     topic, topic_field = _topic_field(rec.topic)
     props = rec.properties
-    props_bytes = ("\x02".join(map("\x01".join, props.items())) + "\x02").encode() if props else b""
+    props_bytes = rec.properties_text
+    if props_bytes is None:
+        props_bytes = ("\x02".join(map("\x01".join, props.items())) + "\x02").encode() if props else b""
     if len(props_bytes) > PROPERTIES_SIZE_MAX:
         raise RecordError(f"properties are {len(props_bytes)} bytes, more than {PROPERTIES_SIZE_MAX}")
     born, born_v6 = _host_bytes(rec.born_host)
@@ -269,24 +283,34 @@ def decode_record(
         raise RecordError(f"record size {total} below minimum", pos)
     if total > end - pos:
         raise RecordError(f"record size {total} runs past the end of data", pos)
-    (
-        _, _, crc, queue_id, flag, queue_offset, phys_offset, flags, born_ts,
-    ) = _FIXED_HEAD.unpack_from(buf, pos)
-    p = pos + OFF_BORNHOST
-    born_v6 = bool(flags & sf.BORNHOST_V6)
-    store_v6 = bool(flags & sf.STOREHOST_V6)
     record_end = pos + total
-    fixed_rest = (20 if born_v6 else 8) + 8 + (20 if store_v6 else 8) + 16
-    if p + fixed_rest > record_end:
-        raise RecordError("record too short for its host fields", pos)
-    born_host = _host_from(buf, p, born_v6)
-    p += 20 if born_v6 else 8
-    store_ts = _I64.unpack_from(buf, p)[0]
-    p += 8
-    store_host = _host_from(buf, p, store_v6)
-    p += 20 if store_v6 else 8
-    reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
-    p += 16
+    flags = _I32.unpack_from(buf, pos + OFF_SYSFLAG)[0]
+    if not flags & _V6_BITS:  # both hosts IPv4: one unpack for the 88-byte head
+        (
+            _, _, crc, queue_id, flag, queue_offset, phys_offset, flags, born_ts, born_ip, born_port,
+            store_ts, store_ip, store_port, reconsume, prepared, body_len,
+        ) = _V4_HEAD.unpack_from(buf, pos)
+        born_host = (_ip_text(born_ip), born_port)
+        store_host = (_ip_text(store_ip), store_port)
+        p = pos + 88
+    else:
+        (
+            _, _, crc, queue_id, flag, queue_offset, phys_offset, flags, born_ts,
+        ) = _FIXED_HEAD.unpack_from(buf, pos)
+        p = pos + OFF_BORNHOST
+        born_v6 = bool(flags & sf.BORNHOST_V6)
+        store_v6 = bool(flags & sf.STOREHOST_V6)
+        fixed_rest = (20 if born_v6 else 8) + 8 + (20 if store_v6 else 8) + 16
+        if p + fixed_rest > record_end:
+            raise RecordError("record too short for its host fields", pos)
+        born_host = _host_from(buf, p, born_v6)
+        p += 20 if born_v6 else 8
+        store_ts = _I64.unpack_from(buf, p)[0]
+        p += 8
+        store_host = _host_from(buf, p, store_v6)
+        p += 20 if store_v6 else 8
+        reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
+        p += 16
     if body_len < 0 or p + body_len > record_end:
         raise RecordError(f"body length {body_len} does not fit the record", pos)
     body_start = p
@@ -304,7 +328,7 @@ def decode_record(
     if topic_len <= 0 or p + topic_len + 2 > record_end:
         raise RecordError(f"topic length {topic_len} does not fit the record", pos)
     try:
-        topic = bytes(buf[p : p + topic_len]).decode()
+        topic = _topic_text(bytes(buf[p : p + topic_len]))
     except UnicodeDecodeError:
         raise RecordError("topic is not UTF-8", pos) from None
     p += topic_len
@@ -321,24 +345,10 @@ def decode_record(
         props = decode_properties(bytes(buf[p:record_end]).decode())
     except UnicodeDecodeError:
         raise RecordError("properties are not UTF-8", pos) from None
+    # positional: this runs once per record on every consumer
     return MessageRecord(
-        topic=topic,
-        body=body if with_body else b"",
-        properties=props,
-        queue_id=queue_id,
-        flag=flag,
-        queue_offset=queue_offset,
-        phys_offset=phys_offset,
-        sysflag=flags,
-        born_timestamp=born_ts,
-        born_host=born_host,
-        store_timestamp=store_ts,
-        store_host=store_host,
-        reconsume_times=reconsume,
-        prepared_tx_offset=prepared,
-        body_crc=crc,
-        magic=magic,
-        total_size=total,
+        topic, body if with_body else b"", props, queue_id, flag, queue_offset, phys_offset, flags,
+        born_ts, born_host, store_ts, store_host, reconsume, prepared, crc, magic, total,
     )
 
 

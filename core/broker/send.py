@@ -58,13 +58,20 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
             items = decode_batch(request.body)
             if not items:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
-            records = [MessageRecord(
-                topic=header.topic, body=item.body, properties={**item.properties, CLUSTER: broker.cluster},
-                queue_id=queue_id, flag=item.flag, sysflag=header.sysflag, born_timestamp=header.born_timestamp,
-                born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times,
-            ) for item in items]
-            for rec in records:
-                rec.properties.pop(WAIT, None)
+            cluster_pair = f"{CLUSTER}\x01{broker.cluster}\x02".encode()
+            records = []
+            for item in items:
+                props, text = item.properties, item.properties_text
+                if WAIT in props or CLUSTER in props or text is None or (text and not text.endswith(b"\x02")):
+                    props = {k: v for k, v in props.items() if k != WAIT}
+                    text = None  # re-encoded from the dict
+                else:
+                    text += cluster_pair  # the item's own bytes, CLUSTER appended: no re-encode
+                props[CLUSTER] = broker.cluster
+                records.append(MessageRecord(
+                    header.topic, item.body, props, queue_id, item.flag, 0, 0, header.sysflag,
+                    header.born_timestamp, born_host, 0, broker.store_host, header.reconsume_times,
+                    properties_text=text))
         else:
             records = [MessageRecord(
                 topic=header.topic, body=request.body, properties=base_props, queue_id=queue_id,

@@ -111,6 +111,8 @@ async def test_batches_by_code_and_by_the_cpp_batch_flag(broker):
     recs = decode_records((await client.invoke(addr, pull_cmd("Batch", 0, 0))).body)
     assert [r.body for r in recs] == [b"b0", b"b1", b"b2", b"b3", b"b4", b"b0", b"b1"]
     assert [r.queue_offset for r in recs] == list(range(7))
+    assert [r.properties for r in recs[:2]] == [
+        {"TAGS": "t", "UNIQ_KEY": f"{i:032X}", "CLUSTER": "DefaultCluster"} for i in range(2)]
 
 
 async def test_pull_result_table(broker):
