@@ -3,39 +3,21 @@ topic name validation."""
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from core.broker.persist import load_json, save_json
+from core.topic_names import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX, retry_topic, topic_problem
 
-AUTO_CREATE_TOPIC = "TBW102"
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-TOPIC_LENGTH_MAX = 127
-_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+__all__ = ["AUTO_CREATE_TOPIC", "DLQ_PREFIX", "RETRY_PREFIX", "TopicConfig", "TopicTable", "retry_topic",
+           "topic_problem"]
 
 PERM_PRIORITY = 8
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
-
-
-def topic_problem(topic: str) -> str | None:
-    """Why ``topic`` is not a valid name (RocketMQ's TopicValidator), or ``None``."""
-    if not topic:
-        return "The specified topic is blank."
-    if not _TOPIC_CHARS.match(topic):
-        return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(topic) > TOPIC_LENGTH_MAX:
-        return f"The specified topic[{topic}] is longer than topic max length {TOPIC_LENGTH_MAX}."
-    return None
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
 
 
 @dataclass(frozen=True, slots=True)

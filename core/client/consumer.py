@@ -18,13 +18,13 @@ from core.client.runtime import ClientError, ClientRuntime
 from core.errors import RemotingError
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from core.topic_names import RETRY_PREFIX
 from formats.errors import FormatError
 from formats.record import MessageRecord, decode_records
 from formats.tags import subscription_codes
 
 log = logging.getLogger(__name__)
 
-RETRY_PREFIX = "%RETRY%"
 PULL_BATCH = 32
 SUSPEND_MS = 15_000
 PULL_TIMEOUT_S = 30.0

@@ -15,6 +15,7 @@ from core.client.runtime import ClientError, ClientRuntime
 from core.errors import RemotingError
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from core.topic_names import AUTO_CREATE_TOPIC, topic_problem
 from formats.batch import BatchItem, encode_batch
 from formats.compression import compress
 from formats.msgid import UniqKeyGenerator
@@ -23,7 +24,6 @@ from formats.sysflag import CompressionType, with_compression
 
 log = logging.getLogger(__name__)
 
-AUTO_CREATE_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 _STATUS: dict[int, str] = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
            ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
@@ -216,6 +216,9 @@ class Producer:
         return props
 
     async def _route(self, topic: str) -> tuple[TopicRoute, bool]:
+        problem = topic_problem(topic)
+        if problem:  # refused here, as stock clients do, rather than by every broker in turn
+            raise SendError(problem)
         route = await self.runtime.route(topic)
         if route is not None and route.write_queues:
             return route, False
