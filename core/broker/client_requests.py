@@ -4,6 +4,7 @@ SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import orjson
@@ -92,30 +93,29 @@ def update_consumer_offset(broker: Broker, request: RemotingCommand, conn: Conne
     return request.reply(ResponseCode.SUCCESS)
 
 
-def max_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def _answer_offset(request: RemotingCommand, lookup: Callable[[str, int], int]) -> RemotingCommand:
+    """Reply ``{"offset": lookup(topic, queueId)}`` for the queue the request names."""
     try:
         topic, queue_id = _queue(request)
     except ValueError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(broker.store.max_queue_offset(topic, queue_id))})
+    return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(lookup(topic, queue_id))})
+
+
+def max_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    return _answer_offset(request, broker.store.max_queue_offset)
 
 
 def min_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    try:
-        topic, queue_id = _queue(request)
-    except ValueError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(broker.store.min_queue_offset(topic, queue_id))})
+    return _answer_offset(request, broker.store.min_queue_offset)
 
 
 def search_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
     try:
-        topic, queue_id = _queue(request)
         stamp = as_int(request.ext_fields, "timestamp")
     except ValueError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    offset = broker.store.offset_by_time(topic, queue_id, stamp)
-    return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+    return _answer_offset(request, lambda topic, queue_id: broker.store.offset_by_time(topic, queue_id, stamp))
 
 
 def earliest_store_time(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
