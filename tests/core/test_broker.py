@@ -347,3 +347,23 @@ async def test_auto_batched_sends_report_each_messages_own_offset_and_id(broker)
         assert len(seen) == 300
         big = await producer.send(Message("Auto", b"z" * 10_000))  # compressed: sent on its own
         assert big.status == "SEND_OK"
+
+
+async def test_full_disk_refuses_sends_with_service_not_available_and_keeps_serving_pulls(nursery, tmp_path):
+    import dataclasses
+
+    from tests.core.cluster_harness import SMALL_STORE
+
+    cluster = await start_cluster(nursery, tmp_path)
+    running = await cluster.start_broker()
+    async with open_remoting_client() as client:
+        assert (await client.invoke(running.address, send_cmd("Disk", b"kept"))).code == ResponseCode.SUCCESS
+    port = int(running.address.split(":")[1])
+    await cluster.stop_broker(running.name)
+    cluster.config = dataclasses.replace(cluster.config, store=dataclasses.replace(SMALL_STORE, disk_max_used_ratio=1e-9))
+    again = await cluster.start_broker(port=port)
+    async with open_remoting_client() as client:
+        refused = await client.invoke(again.address, send_cmd("Disk", b"lost?"))
+        assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE and "disk" in refused.remark
+        pulled = await client.invoke(again.address, pull_cmd("Disk", 0, 0))
+        assert [r.body for r in decode_records(pulled.body)] == [b"kept"]
