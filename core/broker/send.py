@@ -83,7 +83,7 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL,
                                      f"the message body size over max value, MAX: "
                                      f"{broker.store.config.message_size_bytes_max}")
-        results = [broker.store.put(rec) for rec in records]
+        results = broker.store.put_many(records) if len(records) > 1 else [broker.store.put(records[0])]
     except Exception as exc:  # store, format and size errors, mapped in one place
         code, remark = response_code(exc)
         return request.reply(code, remark)
@@ -104,7 +104,11 @@ async def _after_flush(broker: Broker, request: RemotingCommand, queue_id: int,
 def _sent(broker: Broker, request: RemotingCommand, queue_id: int, results: list[PutResult],
           code: int) -> RemotingCommand:
     host, port = broker.store_host
-    msg_ids = ",".join(encode_offset_msg_id(host, port, r.phys_offset) for r in results)
+    if len(results) == 1:
+        msg_ids = encode_offset_msg_id(host, port, results[0].phys_offset)
+    else:  # one host prefix, then each offset as 16 hex digits
+        prefix = encode_offset_msg_id(host, port, 0)[:-16]
+        msg_ids = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
     return request.reply(code, ext_fields={
         "msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(results[0].queue_offset),
     })

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import trio
 
@@ -41,8 +42,7 @@ class Message:
     delay_level: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
+class SendResult(NamedTuple):
     status: str
     msg_id: str  # the UNIQ_KEY
     offset_msg_id: str
@@ -55,11 +55,21 @@ class SendError(ClientError):
 
 
 class _Waiter:
-    __slots__ = ("event", "result")
+    """A sender waiting for its batch: rescheduled directly (an Event per message cost more
+    than the message's share of the batch request)."""
+
+    __slots__ = ("task", "result")
 
     def __init__(self) -> None:
-        self.event = trio.Event()
+        self.task: trio.lowlevel.Task | None = trio.lowlevel.current_task()
         self.result: SendResult | Exception | None = None
+
+    def done(self, result: SendResult | Exception) -> None:
+        if self.result is None:
+            self.result = result
+        if self.task is not None:
+            trio.lowlevel.reschedule(self.task)
+            self.task = None
 
 
 class _Accumulator:
@@ -82,7 +92,13 @@ class _Accumulator:
             # launch after this scheduler round, so every sender woken together joins the batch
             self.launch_pending = True
             self.producer.runtime.nursery.start_soon(self._launch_soon)
-        await waiter.event.wait()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            waiter.task = None  # cancelled: a queued message is dropped, a sent one's result ignored
+            self.queued = [entry for entry in self.queued if entry[2] is not waiter]
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
         assert waiter.result is not None
         if isinstance(waiter.result, Exception):
             raise waiter.result
@@ -112,17 +128,15 @@ class _Accumulator:
                                                {WAIT: "true"}, batch=True)
             ids = result.offset_msg_id.split(",")
             for i, (_, uniq, waiter) in enumerate(batch):
-                waiter.result = SendResult(result.status, uniq, ids[i] if i < len(ids) else "", result.queue,
-                                           result.queue_offset + i)
+                waiter.done(SendResult(result.status, uniq, ids[i] if i < len(ids) else "", result.queue,
+                                       result.queue_offset + i))
         except (ClientError, RemotingError) as exc:
             for _, _, waiter in batch:
-                waiter.result = exc
+                waiter.done(exc)
         finally:
             self.inflight -= 1
             for _, _, waiter in batch:
-                if waiter.result is None:
-                    waiter.result = SendError("the batch was abandoned")
-                waiter.event.set()
+                waiter.done(SendError("the batch was abandoned"))  # no-op for those already answered
             if self.queued and self.inflight < self.producer.batch_inflight_max and not self.launch_pending:
                 self.launch_pending = True
                 self.producer.runtime.nursery.start_soon(self._launch_soon)

@@ -162,6 +162,18 @@ class CommitLog:
         self.write_offset = phys + size
         return phys
 
+    def make_room(self, size: int) -> bool:
+        """Make ``size`` contiguous bytes available at ``write_offset`` (rolling to the next
+        segment first when needed; may raise DiskFullError). False when ``size`` exceeds a
+        segment."""
+        if size + BLANK_SIZE > self.segment_size:
+            return False
+        seg = self._tail
+        if seg is None or not (seg.start <= self.write_offset
+                               and self.write_offset - seg.start + size + BLANK_SIZE <= seg.size):
+            self._roll(size)
+        return True
+
     def _roll(self, size: int) -> MappedFile:
         """The segment the next ``size``-byte record goes to, at ``write_offset``."""
         if size + BLANK_SIZE > self.segment_size:

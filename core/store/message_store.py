@@ -235,6 +235,63 @@ class MessageStore:
             self._prefault_wanted.set()
         return PutResult(phys, queue_offset, size, stamp)
 
+    def put_many(self, records: list[MessageRecord]) -> list[PutResult]:
+        """:meth:`put` for a batch: records of one topic, queue and sysflag, stored back to back
+        in one segment (rolled first if they do not fit), so a full disk refuses the whole batch
+        before any of it is written."""
+        if len(records) < 2:
+            return [self.put(rec) for rec in records]
+        if self._refusal is not None:
+            self._refuse()
+        first = records[0]
+        for rec in records:
+            if len(rec.body) > self._body_size_max:
+                raise MessageTooLargeError(
+                    f"body of {len(rec.body)} bytes is over the {self._body_size_max}-byte limit")
+            if (rec.topic, rec.queue_id, rec.sysflag) != (first.topic, first.queue_id, first.sysflag):
+                raise ValueError("put_many takes records of one topic, queue and sysflag")
+        preps = [prepare_record(rec) for rec in records]
+        total = sum(prep[0] for prep in preps)
+        if not self.commitlog.make_room(total):
+            return [self.put(rec) for rec in records]  # larger than a segment: one by one
+        cq = None
+        queue_offset = 0
+        if not first.sysflag & TRANSACTION_HALF_BIT:
+            cq = self.queues.queues.get((first.topic, first.queue_id)) or \
+                self.queues.get_or_create(first.topic, first.queue_id)
+            queue_offset = cq.assigned
+            if queue_offset + len(records) > cq.room_end:
+                cq.ensure_room(queue_offset + len(records) - 1)
+                cq.ensure_room(queue_offset)
+        if self._index_enabled:
+            reserved = 0
+            for rec in records:
+                props = rec.properties
+                keys = props.get(KEYS_PROPERTY)
+                reserved += (len(keys.split()) if keys else 0) + (UNIQ_KEY_PROPERTY in props)
+            if reserved:
+                self.index.reserve(reserved)
+        stamp = time.time_ns() // 1_000_000
+        append = self.commitlog.append
+        pending = self._pending
+        was_empty = not pending
+        results = []
+        for i, (rec, prep) in enumerate(zip(records, preps, strict=True)):
+            qo = queue_offset + i if cq is not None else 0
+            phys = append(rec, prep, qo, stamp)
+            pending.append((rec, cq, phys, prep[0], qo, stamp))
+            results.append(PutResult(phys, qo, prep[0], stamp))
+        if cq is not None:
+            cq.assigned = queue_offset + len(records)
+        self._last_store_ts = stamp
+        if was_empty:
+            self._dispatch_wanted.set()
+        if len(pending) >= DISPATCH_BATCH_MAX:
+            self.dispatch_pending()
+        if self._populated_until - results[-1].phys_offset < self._prefault_half_window:
+            self._prefault_wanted.set()
+        return results
+
     def _refuse(self) -> None:
         if not self._open:
             raise StoreClosedError("the store is not open")

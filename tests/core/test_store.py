@@ -221,3 +221,19 @@ async def test_retention_archives_when_configured_and_dump_still_reads(tmp_path,
     archive = tmp_path / "data" / "archive" / "n1" / (first.path.name + ".zst")
     assert archive.exists() and not first.path.exists()
     assert [r.offset for r in scan_log(tmp_path / "data" / "n1" / "commitlog")] == offsets
+
+
+async def test_put_many_keeps_a_batch_in_one_segment_with_dense_offsets(tmp_path, small_store_config):
+    async with open_message_store(tmp_path / "n", small_store_config) as store:
+        for i in range(50):  # leave the first segment partly full
+            store.put(msg(i, queue=1, body_size=900))
+        seg = small_store_config.segment_size_bytes
+        batch = [msg(100 + i, queue=1, body_size=900) for i in range(30)]
+        results = store.put_many(batch)
+        assert len({r.phys_offset // seg for r in results}) == 1, "a batch never straddles segments"
+        assert [r.queue_offset for r in results] == list(range(50, 80))
+        assert [r.phys_offset for r in results[1:]] == [r.phys_offset + r.size for r in results[:-1]]
+        assert store.max_queue_offset("Orders", 1) == 80
+        with pytest.raises(ValueError):
+            store.put_many([msg(1, queue=0), msg(2, queue=1)])
+        assert store.max_queue_offset("Orders", 0) == 0, "a refused batch stores nothing"
