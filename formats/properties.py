@@ -50,6 +50,17 @@ def decode_properties(text: str) -> dict[str, str]:
 
 
 def message_keys(props: Mapping[str, str]) -> list[str]:
-    """The KEYS property split on spaces, empty pieces dropped."""
-    raw = props.get(KEYS, "")
-    return [k for k in raw.split(KEY_SEPARATOR) if k]
+    """The KEYS property split on whitespace, empty pieces dropped."""
+    raw = props.get(KEYS)
+    return raw.split() if raw else []
+
+
+def index_keys(props: Mapping[str, str]) -> list[str]:
+    """Every key a record is found by: each of its KEYS, then its UNIQ_KEY."""
+    raw, uniq = props.get(KEYS), props.get(UNIQ_KEY)
+    if not raw:
+        return [uniq] if uniq else []
+    keys = raw.split()
+    if uniq:
+        keys.append(uniq)
+    return keys

@@ -30,16 +30,19 @@ class DispatchRequest(NamedTuple):
         return is_dispatched(self.sysflag)
 
     @classmethod
-    def of(cls, rec: MessageRecord, phys_offset: int, size: int) -> DispatchRequest:
+    def of(cls, rec: MessageRecord, phys_offset: int, size: int, queue_offset: int | None = None,
+           store_timestamp: int | None = None) -> DispatchRequest:
+        """The request for ``rec``; the offset and time default to the ones the record carries
+        (a record read back from the log) and are passed for one just appended."""
         props = rec.properties
         return cls(
             topic=rec.topic,
             queue_id=rec.queue_id,
-            queue_offset=rec.queue_offset,
+            queue_offset=rec.queue_offset if queue_offset is None else queue_offset,
             phys_offset=phys_offset,
             size=size,
             tags_code=tags_code(rec.tags),
-            store_timestamp=rec.store_timestamp,
+            store_timestamp=rec.store_timestamp if store_timestamp is None else store_timestamp,
             sysflag=rec.sysflag,
             keys=tuple(message_keys(props)),
             uniq_key=props.get(UNIQ_KEY),

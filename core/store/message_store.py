@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -43,9 +43,8 @@ from core.store.retention import disk_used_ratio, expired_segments
 from formats.archive import archive_segment
 from formats.consume_queue import CQEntry
 from formats.errors import RecordError
-from formats.properties import KEYS as KEYS_PROPERTY
 from formats.properties import TAGS as TAGS_PROPERTY
-from formats.properties import UNIQ_KEY as UNIQ_KEY_PROPERTY
+from formats.properties import index_keys
 from formats.record import MessageRecord, decode_record, is_blank, prepare_record
 from formats.sysflag import TRANSACTION_PREPARED as TRANSACTION_HALF_BIT
 from formats.tags import tags_code
@@ -192,47 +191,21 @@ class MessageStore:
         """
         if self._refusal is not None:
             self._refuse()
-        if len(rec.body) > self._body_size_max:
-            raise MessageTooLargeError(
-                f"body of {len(rec.body)} bytes is over the {self._body_size_max}-byte limit"
-            )
+        self._check_body(rec)
         prep = prepare_record(rec)
         # Every allocation (queue file, index file, segment) happens before the append, so a
         # full disk leaves the store as it was.
-        cq = None
-        queue_offset = 0
-        if not rec.sysflag & TRANSACTION_HALF_BIT:
-            cq = self.queues.queues.get((rec.topic, rec.queue_id))
-            if cq is None:
-                cq = self.queues.get_or_create(rec.topic, rec.queue_id)
-            queue_offset = cq.assigned
-            if queue_offset >= cq.room_end:
-                cq.ensure_room(queue_offset)
-        reserved = 0
-        if self._index_enabled:
-            props = rec.properties
-            keys = props.get(KEYS_PROPERTY)
-            reserved = (len(keys.split()) if keys else 0) + (UNIQ_KEY_PROPERTY in props)
-            if reserved:
-                self.index.reserve(reserved)
+        cq, queue_offset = self._claim_queue(rec, 1)
+        reserved = self._reserve_index((rec,))
         stamp = time.time_ns() // 1_000_000
         try:
             phys = self.commitlog.append(rec, prep, queue_offset, stamp)
         except BaseException:
             self.index.reserved -= reserved
             raise
-        if cq is not None:
-            cq.assigned = queue_offset + 1
         size = prep[0]
-        self._last_store_ts = stamp
-        pending = self._pending
-        pending.append((rec, cq, phys, size, queue_offset, stamp))
-        if len(pending) == 1:
-            self._dispatch_wanted.set()
-        elif len(pending) >= DISPATCH_BATCH_MAX:
-            self.dispatch_pending()
-        if self._populated_until - phys < self._prefault_half_window:
-            self._prefault_wanted.set()
+        self._pending.append((rec, cq, phys, size, queue_offset, stamp))
+        self._appended(cq, queue_offset, phys, stamp, 1)
         return PutResult(phys, queue_offset, size, stamp)
 
     def put_many(self, records: list[MessageRecord]) -> list[PutResult]:
@@ -245,52 +218,67 @@ class MessageStore:
             self._refuse()
         first = records[0]
         for rec in records:
-            if len(rec.body) > self._body_size_max:
-                raise MessageTooLargeError(
-                    f"body of {len(rec.body)} bytes is over the {self._body_size_max}-byte limit")
+            self._check_body(rec)
             if (rec.topic, rec.queue_id, rec.sysflag) != (first.topic, first.queue_id, first.sysflag):
                 raise ValueError("put_many takes records of one topic, queue and sysflag")
         preps = [prepare_record(rec) for rec in records]
-        total = sum(prep[0] for prep in preps)
-        if not self.commitlog.make_room(total):
+        if not self.commitlog.make_room(sum(prep[0] for prep in preps)):
             return [self.put(rec) for rec in records]  # larger than a segment: one by one
-        cq = None
-        queue_offset = 0
-        if not first.sysflag & TRANSACTION_HALF_BIT:
-            cq = self.queues.queues.get((first.topic, first.queue_id)) or \
-                self.queues.get_or_create(first.topic, first.queue_id)
-            queue_offset = cq.assigned
-            if queue_offset + len(records) > cq.room_end:
-                cq.ensure_room(queue_offset + len(records) - 1)
-                cq.ensure_room(queue_offset)
-        if self._index_enabled:
-            reserved = 0
-            for rec in records:
-                props = rec.properties
-                keys = props.get(KEYS_PROPERTY)
-                reserved += (len(keys.split()) if keys else 0) + (UNIQ_KEY_PROPERTY in props)
-            if reserved:
-                self.index.reserve(reserved)
+        cq, queue_offset = self._claim_queue(first, len(records))
+        self._reserve_index(records)
         stamp = time.time_ns() // 1_000_000
         append = self.commitlog.append
         pending = self._pending
-        was_empty = not pending
         results = []
         for i, (rec, prep) in enumerate(zip(records, preps, strict=True)):
             qo = queue_offset + i if cq is not None else 0
             phys = append(rec, prep, qo, stamp)
             pending.append((rec, cq, phys, prep[0], qo, stamp))
             results.append(PutResult(phys, qo, prep[0], stamp))
-        if cq is not None:
-            cq.assigned = queue_offset + len(records)
-        self._last_store_ts = stamp
-        if was_empty:
-            self._dispatch_wanted.set()
-        if len(pending) >= DISPATCH_BATCH_MAX:
-            self.dispatch_pending()
-        if self._populated_until - results[-1].phys_offset < self._prefault_half_window:
-            self._prefault_wanted.set()
+        last = results[-1]
+        self._appended(cq, last.queue_offset, last.phys_offset, stamp, len(records))
         return results
+
+    def _check_body(self, rec: MessageRecord) -> None:
+        if len(rec.body) > self._body_size_max:
+            raise MessageTooLargeError(
+                f"body of {len(rec.body)} bytes is over the {self._body_size_max}-byte limit")
+
+    def _claim_queue(self, rec: MessageRecord, count: int) -> tuple[ConsumeQueue | None, int]:
+        """The queue ``count`` records of ``rec``'s topic and queue go to, and their first
+        offset, with queue-file room made (transaction halves get none: offset 0)."""
+        if rec.sysflag & TRANSACTION_HALF_BIT:
+            return None, 0
+        cq = self.queues.queues.get((rec.topic, rec.queue_id)) or self.queues.get_or_create(rec.topic, rec.queue_id)
+        first = cq.assigned
+        if first + count > cq.room_end:
+            cq.ensure_room(first)
+            cq.ensure_room(first + count - 1)
+        return cq, first
+
+    def _reserve_index(self, records: Iterable[MessageRecord]) -> int:
+        """Reserve key-index room for the records' keys; returns how many entries."""
+        if not self._index_enabled:
+            return 0
+        count = sum(len(index_keys(rec.properties)) for rec in records)
+        if count:
+            self.index.reserve(count)
+        return count
+
+    def _appended(self, cq: ConsumeQueue | None, last_queue_offset: int, last_phys: int, stamp: int,
+                  count: int) -> None:
+        """Bookkeeping after ``count`` records reached the CommitLog (and the pending list):
+        queue offsets, and the wake-ups of the dispatch and pre-fault tasks."""
+        if cq is not None:
+            cq.assigned = last_queue_offset + 1
+        self._last_store_ts = stamp
+        pending = len(self._pending)
+        if pending == count:
+            self._dispatch_wanted.set()
+        if pending >= DISPATCH_BATCH_MAX:
+            self.dispatch_pending()
+        if self._populated_until - last_phys < self._prefault_half_window:
+            self._prefault_wanted.set()
 
     def _refuse(self) -> None:
         if not self._open:
@@ -310,29 +298,19 @@ class MessageStore:
         indexing = self._index_enabled
         for rec, cq, phys, size, queue_offset, stamp in pending:
             props = rec.properties
-            topic = rec.topic
             if cq is not None:
                 cq.put_entry(queue_offset, phys, size, tags_code(props.get(TAGS_PROPERTY)))
             if indexing:
-                keys = props.get(KEYS_PROPERTY)
-                if keys:
-                    index_entries.extend((key_hash(topic, k), phys, stamp) for k in keys.split())
-                uniq = props.get(UNIQ_KEY_PROPERTY)
-                if uniq:
-                    index_entries.append((key_hash(topic, uniq), phys, stamp))
+                topic = rec.topic
+                index_entries.extend((key_hash(topic, k), phys, stamp) for k in index_keys(props))
         self.index.put_many(index_entries)
         last = pending[-1]
         self.reput_offset = last[2] + last[3]
         self._last_dispatch_ts = last[5]
         if self._notify_dispatch and self.plugins is not None:
-            requests = []
-            for rec, _cq, phys, size, queue_offset, stamp in pending:
-                props = rec.properties
-                keys = props.get(KEYS_PROPERTY)
-                requests.append(DispatchRequest(
-                    rec.topic, rec.queue_id, queue_offset, phys, size, tags_code(props.get(TAGS_PROPERTY)),
-                    stamp, rec.sysflag, tuple(keys.split()) if keys else (), props.get(UNIQ_KEY_PROPERTY)))
-            self.plugins.records_dispatched(self.root, requests)
+            self.plugins.records_dispatched(self.root, [
+                DispatchRequest.of(rec, phys, size, queue_offset, stamp)
+                for rec, _cq, phys, size, queue_offset, stamp in pending])
         return len(pending)
 
     async def _dispatch_loop(self) -> None:
@@ -396,7 +374,7 @@ class MessageStore:
         if req.to_consume_queue:
             self.queues.get_or_create(req.topic, req.queue_id).put(req)
         if self._index_enabled and not self.index.indexed_below(req.phys_offset):
-            keys = [*req.keys, *([req.uniq_key] if req.uniq_key else [])]
+            keys = [*req.keys, *([req.uniq_key] if req.uniq_key else [])]  # = index_keys of the record
             self.index.reserve(len(keys))
             self.index.put_many([(key_hash(req.topic, k), req.phys_offset, req.store_timestamp)
                                  for k in keys])
