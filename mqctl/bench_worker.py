@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from core.client.consumer import PullStatus, pull
+from core.client.consumer import PullStatus, max_offset, pull
 from core.client.producer import Message, Producer
 from core.client.runtime import open_client
 
@@ -85,8 +85,6 @@ async def consume(args: dict[str, Any]) -> dict[str, Any]:
                 if result.status in (PullStatus.NO_NEW_MSG, PullStatus.OFFSET_ILLEGAL) and result.next_offset <= offset:
                     break
                 offset = result.next_offset
-
-        from core.client.consumer import max_offset
 
         ends = {mq: await max_offset(client, mq) for mq in queues}
         async with trio.open_nursery() as nursery:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import trio
 import typer
 
 from core.config import Config
@@ -32,7 +33,7 @@ def _wait_serving(config: Config, spec: NodeSpec, pid: int, deadline: float) -> 
     while time.monotonic() < deadline:
         if wait_exited(pid, 0):
             raise CliError(f"{spec.name} exited while starting; its log ends with:\n{tail_of_log(config, spec.name)}")
-        if probe.run(probe.serves, spec.listen):
+        if trio.run(probe.serves, spec.listen):
             return
         time.sleep(0.1)
     raise CliError(f"{spec.name} did not serve on {spec.listen} within the timeout; its log ends with:\n"
@@ -44,7 +45,7 @@ def _wait_registered(config: Config, brokers: list[NodeSpec], deadline: float) -
         return
     want = {b.listen for b in brokers}
     while time.monotonic() < deadline:
-        info = probe.run(probe.cluster_info, config.namesrv_addresses)
+        info = trio.run(probe.cluster_info, config.namesrv_addresses)
         if info is not None:
             seen = {addr for data in info.get("brokerAddrTable", {}).values()
                     for addr in data.get("brokerAddrs", {}).values()}
@@ -107,14 +108,14 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     rows = []
     for spec in nodes_of(config):
         pid = running_pid(config, spec.name)
-        serving = pid is not None and probe.run(probe.serves, spec.listen)
+        serving = pid is not None and trio.run(probe.serves, spec.listen)
         row = {"node": spec.name, "role": spec.kind, "address": spec.listen, "pid": pid,
                "alive": serving, "max_offset": None}
         if spec.kind == "broker":
             broker = config.broker_node(spec.name)
             row["role"] = "master" if broker is not None and broker.id == 0 else "slave"
             if serving:
-                info = probe.run(probe.runtime_info, spec.listen)
+                info = trio.run(probe.runtime_info, spec.listen)
                 if info is not None:
                     row["max_offset"] = int(info.get("commitLogMaxOffset", 0))
         rows.append(row)

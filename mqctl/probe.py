@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import trio
 
 from core.errors import RemotingError
 from core.remoting.client import open_remoting_client
@@ -51,8 +50,3 @@ async def runtime_info(address: str) -> dict[str, str] | None:
         return None
     table: dict[str, str] = orjson.loads(resp.body).get("table", {})
     return table
-
-
-def run(fn, *args):  # type: ignore[no-untyped-def]
-    """Run an async probe from synchronous CLI code."""
-    return trio.run(fn, *args)
