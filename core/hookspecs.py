@@ -6,7 +6,6 @@ Plugins implement them with the exported :data:`hookimpl` marker. Core code neve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,7 @@ if TYPE_CHECKING:
     from core.namesrv.route_table import RouteTable
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
-    from core.store.dispatch import DispatchRequest
+    from core.store.dispatch import DispatchBatch
 
 PROJECT = "mqctl"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -25,12 +24,13 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def mq_records_dispatched(store_dir: Path, requests: Sequence[DispatchRequest]) -> None:
+def mq_records_dispatched(store_dir: Path, requests: DispatchBatch) -> None:
     """Records became visible to consumers.
 
     Called by the store of ``store_dir`` on the event loop after ``requests`` were written to
-    their ConsumeQueues and the key index, in CommitLog order. Long polling and metrics listen
-    here. Must be cheap and must not block: it runs on every append. Return value ignored.
+    their ConsumeQueues and the key index, in CommitLog order: a sequence of DispatchRequest,
+    built when read, with ``requests.queues`` the (topic, queue id) pairs that got records.
+    Long polling and metrics listen here. Must be cheap and must not block: it runs on every append. Return value ignored.
     """
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import trio
 
 from core.hookspecs import hookimpl
-from core.store.dispatch import DispatchRequest
+from core.store.dispatch import DispatchBatch
 
 PARKED_MAX = 100_000
 
@@ -34,6 +34,6 @@ class PullHold:
                 event.set()
 
     @hookimpl
-    def mq_records_dispatched(self, store_dir: object, requests: list[DispatchRequest]) -> None:
+    def mq_records_dispatched(self, store_dir: object, requests: DispatchBatch) -> None:
         if self._waiting:
-            self.wake({(r.topic, r.queue_id) for r in requests})
+            self.wake(requests.queues)

@@ -36,7 +36,7 @@ from core.plugin_manager import PluginHost
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import CommitLog, LogRecovery
 from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from core.store.dispatch import DispatchRequest
+from core.store.dispatch import Appended, DispatchBatch, DispatchRequest
 from core.store.key_index import KeyIndex, key_hash
 from core.store.mapped_file import MappedFile
 from core.store.retention import disk_used_ratio, expired_segments
@@ -114,7 +114,7 @@ class MessageStore:
         self._body_size_max = config.message_size_bytes_max
         self._index_enabled = config.index_enabled
         # (record, its queue or None, phys offset, size, queue offset, store time)
-        self._pending: list[tuple[MessageRecord, ConsumeQueue | None, int, int, int, int]] = []
+        self._pending: list[Appended] = []
         self._dispatch_wanted = trio.Event()
         self._prefault_half_window = config.prefault_window_bytes // 2
         self._open = False
@@ -308,9 +308,7 @@ class MessageStore:
         self.reput_offset = last[2] + last[3]
         self._last_dispatch_ts = last[5]
         if self._notify_dispatch and self.plugins is not None:
-            self.plugins.records_dispatched(self.root, [
-                DispatchRequest.of(rec, phys, size, queue_offset, stamp)
-                for rec, _cq, phys, size, queue_offset, stamp in pending])
+            self.plugins.records_dispatched(self.root, DispatchBatch(pending))
         return len(pending)
 
     async def _dispatch_loop(self) -> None:
@@ -380,7 +378,7 @@ class MessageStore:
                                  for k in keys])
         self._last_dispatch_ts = req.store_timestamp
         if self._notify_dispatch and self.plugins is not None:
-            self.plugins.records_dispatched(self.root, (req,))
+            self.plugins.records_dispatched(self.root, DispatchBatch.of_requests((req,)))
 
     # ---------------------------------------------------------------- reading
 

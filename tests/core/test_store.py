@@ -152,11 +152,14 @@ async def test_async_flush_makes_appends_durable_within_the_interval(tmp_path, s
 
 async def test_dispatch_hook_sees_every_record_in_order(tmp_path, small_store_config):
     seen = []
+    queues = set()
 
     class Listener:
         @hookimpl
         def mq_records_dispatched(self, store_dir, requests):
             seen.extend((r.queue_id, r.queue_offset, r.phys_offset) for r in requests)
+            queues.update(requests.queues)
+            assert [r.phys_offset for r in requests[1:]] == [r.phys_offset for r in list(requests)[1:]]
 
     plugins = PluginHost(load_entry_points=False)
     plugins.register(Listener())
@@ -164,6 +167,7 @@ async def test_dispatch_hook_sees_every_record_in_order(tmp_path, small_store_co
         results = [store.put(msg(i)) for i in range(30)]
         store.dispatch_pending()
     assert seen == [(i % 4, r.queue_offset, r.phys_offset) for i, r in enumerate(results)]
+    assert queues == {(msg(0).topic, q) for q in range(4)}
 
 
 async def test_large_reads_go_through_a_thread_and_match(tmp_path, small_store_config):
