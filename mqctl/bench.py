@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import gc
 import json
 import os
@@ -23,6 +24,11 @@ from formats.record import MessageRecord, encode_record
 from mqctl.context import load
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput
+
+class SendApi(str, enum.Enum):
+    ASYNC = "async"
+    SYNC = "sync"
+
 
 bench_app = typer.Typer(help="Benchmarks (results belong in docs/benchmarks.md).", no_args_is_help=True)
 
@@ -230,7 +236,11 @@ def run_workers(mode: str, base_args: dict[str, object], processes: int) -> dict
     size = sum(r["bytes"] for r in results)
     elapsed = max(r["elapsed"] for r in results)
     latencies = sorted(x for r in results for x in r["latencies_ms"])
-    return {"mode": mode, "processes": processes, "messages": count, "seconds": round(elapsed, 3),
+    extra = {}
+    if mode == "produce":
+        extra = {"batch_requests": sum(r["batch_requests"] for r in results),
+                 "batched": sum(r["batched"] for r in results)}
+    return {**extra, "mode": mode, "processes": processes, "messages": count, "seconds": round(elapsed, 3),
             "msgs_per_s": round(count / elapsed) if elapsed else 0,
             "mb_per_s": round(size / elapsed / 1e6, 1) if elapsed else 0.0,
             "p50_ms": round(_percentile(latencies, 0.50), 2), "p99_ms": round(_percentile(latencies, 0.99), 2)}
@@ -255,15 +265,21 @@ def bench_produce(
     processes: Annotated[int, typer.Option(help="Client processes.")] = 1,
     auto_batch: Annotated[bool, typer.Option("--auto-batch/--no-auto-batch",
                                              help="Let concurrent sends share batch requests (RocketMQ 5's autoBatch).")] = True,
+    api: Annotated[SendApi, typer.Option(help="async: send_async with a window of N; "
+                                              "sync: N tasks each awaiting send.")] = SendApi.ASYNC,
     as_json: JsonOutput = False,
 ) -> None:
     """Send 1 KiB messages to the running cluster with N in flight: msgs/s, MB/s, p50/p99."""
     config = load(ctx)
     result = run_workers("produce", {"namesrv": config.namesrv_addresses, "topic": topic, "messages": messages,
-                                     "size": size, "inflight": inflight, "auto_batch": auto_batch}, processes)
-    result["inflight"] = inflight
-    result["auto_batch"] = auto_batch
-    _print_run(result, as_json, f", {inflight} in flight each{', auto-batched' if auto_batch else ''}")
+                                     "size": size, "inflight": inflight, "auto_batch": auto_batch,
+                                     "api": api.value}, processes)
+    result.update(inflight=inflight, auto_batch=auto_batch, api=api.value)
+    batching = ""
+    requests, batched = int(result["batch_requests"]), int(result["batched"])  # type: ignore[call-overload]
+    if auto_batch and requests:
+        batching = f", auto-batched ({batched / requests:.1f} msgs a request)"
+    _print_run(result, as_json, f", {inflight} in flight each, {api.value} sends{batching}")
 
 
 @bench_app.command("consume")

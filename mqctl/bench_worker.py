@@ -41,24 +41,68 @@ async def produce(args: dict[str, Any]) -> dict[str, Any]:
     async with open_client(args["namesrv"], instance=f"bench-{args['worker']}") as client:
         producer = Producer(client, "mqctl-bench", compression=None, timeout_s=10, auto_batch=args["auto_batch"])
         await producer.send(Message(args["topic"], body))  # routes and connections warm
+        sent_before = producer.batch_statistics()
         await wait_go()
-        left = args["messages"]
         start = time.perf_counter()
-
-        async def sender() -> None:
-            nonlocal left
-            while left > 0:
-                left -= 1
-                t0 = time.perf_counter()
-                await producer.send(Message(args["topic"], body))
-                latencies.append((time.perf_counter() - t0) * 1000)
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(args["inflight"]):
-                nursery.start_soon(sender)
+        if args["api"] == "async":
+            await _produce_async(producer, args, body, latencies)
+        else:
+            await _produce_sync(producer, args, body, latencies)
         elapsed = time.perf_counter() - start
+        requests, batched = (now - before for now, before in zip(producer.batch_statistics(), sent_before))
     return {"count": len(latencies), "bytes": len(latencies) * args["size"], "elapsed": elapsed,
-            "latencies_ms": sample(latencies)}
+            "latencies_ms": sample(latencies), "batch_requests": requests, "batched": batched}
+
+
+async def _produce_sync(producer: Producer, args: dict[str, Any], body: bytes, latencies: list[float]) -> None:
+    """``inflight`` tasks, each sending and awaiting one message at a time."""
+    left = args["messages"]
+
+    async def sender() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            t0 = time.perf_counter()
+            await producer.send(Message(args["topic"], body))
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(args["inflight"]):
+            nursery.start_soon(sender)
+
+
+async def _produce_async(producer: Producer, args: dict[str, Any], body: bytes, latencies: list[float]) -> None:
+    """``send_async`` with a window: each answer sends the next message, so ``inflight``
+    messages are always out (RocketMQ's benchmark with async sends)."""
+    left = args["messages"]
+    answered = 0
+    failures: list[Exception] = []
+    finished = trio.Event()
+
+    def send_next() -> None:
+        nonlocal left
+        left -= 1
+        t0 = time.perf_counter()
+
+        def on_done(result: object) -> None:
+            nonlocal answered
+            answered += 1
+            if isinstance(result, Exception):
+                failures.append(result)
+            else:
+                latencies.append((time.perf_counter() - t0) * 1000)
+            if left > 0 and not failures:
+                send_next()
+            elif answered == args["messages"] or failures:
+                finished.set()
+
+        producer.send_async(Message(args["topic"], body), on_done)
+
+    for _ in range(min(args["inflight"], left)):
+        send_next()
+    await finished.wait()
+    if failures:
+        raise SystemExit(f"send failed: {failures[0]}")
 
 
 async def consume(args: dict[str, Any]) -> dict[str, Any]:

@@ -349,6 +349,42 @@ async def test_auto_batched_sends_report_each_messages_own_offset_and_id(broker)
         assert big.status == "SEND_OK"
 
 
+async def test_auto_batched_send_async_answers_every_callback_even_after_one_raises(broker):
+    from core.client.producer import Message, Producer
+
+    _, addr, cluster = broker
+    async with open_client(cluster.namesrv) as client:
+        producer = Producer(client, "PG", auto_batch=True)
+        answers: dict[int, object] = {}
+        done = trio.Event()
+
+        def callback(i):
+            def on_done(result):
+                answers[i] = result
+                if len(answers) == 200:
+                    done.set()
+                if i == 7:
+                    raise RuntimeError("a buggy callback")
+            return on_done
+
+        for i in range(200):
+            producer.send_async(Message("AutoAsync", f"a{i}".encode(), keys=[f"k{i}"]), callback(i))
+        with trio.fail_after(15):
+            await done.wait()
+        assert {r.status for r in answers.values()} == {"SEND_OK"}
+        requests, batched = producer.batch_statistics()
+        assert batched == 200 and requests < 200, "the sends shared batch requests"
+        offsets = sorted((r.queue.queue_id, r.queue_offset) for r in answers.values())
+        assert len(set(offsets)) == 200
+        async with open_remoting_client() as raw:
+            for queue_id in {q for q, _ in offsets}:
+                pulled = await raw.invoke(addr, pull_cmd("AutoAsync", queue_id, 0))
+                for rec in decode_records(pulled.body):
+                    # batch items go without WAIT; the broker stores them as sent, CLUSTER added
+                    assert "WAIT" not in rec.properties and rec.properties["CLUSTER"]
+                    assert rec.body == f"a{rec.keys[0][1:]}".encode()
+
+
 async def test_full_disk_refuses_sends_with_service_not_available_and_keeps_serving_pulls(nursery, tmp_path):
     import dataclasses
 

@@ -17,3 +17,24 @@ def test_bench_store_reports_both_modes_and_the_baseline(tmp_path, subprocess_en
     assert result["median"][2]["records"] == 1000
     assert result["async_to_raw_ratio"] > 0 and len(result["round_ratios"]) == 1
     assert list(tmp_path.iterdir()) == [], "bench must clean up after itself"
+
+
+def test_bench_produce_both_apis_then_consume_count_every_message(cluster):
+    assert cluster.mqctl("topic", "create", "BenchTopic", "--queues", "4").returncode == 0
+    runs = []
+    for api in ("async", "sync"):
+        out = cluster.mqctl("bench", "produce", "--messages", "1500", "--processes", "2", "--inflight", "64",
+                            "--api", api, "--json")
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout))
+    for run in runs:
+        assert run["messages"] == 3000 and run["msgs_per_s"] > 0 and 0 < run["p50_ms"] <= run["p99_ms"]
+        # auto-batched: fewer requests than messages, none larger than the batch limit
+        assert 3000 / 32 <= run["batch_requests"] < 3000 and run["batched"] == 3000
+    unbatched = cluster.mqctl("bench", "produce", "--messages", "200", "--no-auto-batch", "--json")
+    assert unbatched.returncode == 0, unbatched.stderr
+    assert json.loads(unbatched.stdout)["batch_requests"] == 0
+    consumed = cluster.mqctl("bench", "consume", "--json")
+    assert consumed.returncode == 0, consumed.stderr
+    # the warm-up send of each worker run is stored too: 5 produce runs' workers sent one each
+    assert json.loads(consumed.stdout)["messages"] == 3000 * 2 + 200 + 5
