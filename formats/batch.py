@@ -55,25 +55,27 @@ def encode_batch(items: Iterable[BatchItem]) -> bytes:
 def decode_batch(buf: bytes) -> list[BatchItem]:
     """Split a batch body into items; raises :class:`FormatError` on any inconsistency."""
     out: list[BatchItem] = []
+    end = len(buf)
+    unpack_head, unpack_i16 = _HEAD.unpack_from, _I16.unpack_from
     pos = 0
-    while pos < len(buf):
-        if len(buf) - pos < BATCH_ITEM_OVERHEAD:
+    while pos < end:
+        if end - pos < BATCH_ITEM_OVERHEAD:
             raise FormatError(f"batch item at {pos} is truncated")
-        total, _magic, _crc, flag, body_len = _HEAD.unpack_from(buf, pos)
-        if total < BATCH_ITEM_OVERHEAD or pos + total > len(buf):
+        total, _magic, _crc, flag, body_len = unpack_head(buf, pos)
+        item_end = pos + total
+        if total < BATCH_ITEM_OVERHEAD or item_end > end:
             raise FormatError(f"batch item at {pos} has bad size {total}")
         if body_len < 0 or BATCH_ITEM_OVERHEAD + body_len > total:
             raise FormatError(f"batch item at {pos} has bad body length {body_len}")
-        body_start = pos + 20
-        props_pos = body_start + body_len
-        props_len = _I16.unpack_from(buf, props_pos)[0]
-        if props_len < 0 or props_pos + 2 + props_len != pos + total:
+        props_pos = pos + 20 + body_len
+        props_len = unpack_i16(buf, props_pos)[0]
+        if props_len < 0 or props_pos + 2 + props_len != item_end:
             raise FormatError(f"batch item at {pos} has bad properties length {props_len}")
-        raw = bytes(buf[props_pos + 2 : pos + total])
+        raw = bytes(buf[props_pos + 2 : item_end])
         try:
             props = decode_properties(raw.decode())
         except UnicodeDecodeError:
             raise FormatError(f"batch item at {pos} has non-UTF-8 properties") from None
-        out.append(BatchItem(bytes(buf[body_start:props_pos]), props, flag, raw))
-        pos += total
+        out.append(BatchItem(bytes(buf[pos + 20 : props_pos]), props, flag, raw))
+        pos = item_end
     return out

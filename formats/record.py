@@ -187,27 +187,37 @@ def prepare_record(rec: MessageRecord) -> PreparedRecord:
     """Everything about a record's bytes that does not depend on where it is stored: its size,
     BODYCRC, sysflag (host V6 bits follow the hosts), packed hosts, and the trailing bytes
     (topic field, properties). The magic is v2 only when the topic needs a 2-byte length."""
-    topic, topic_field = _topic_field(rec.topic)
-    props = rec.properties
     props_bytes = rec.properties_text
     if props_bytes is None:
+        props = rec.properties
         props_bytes = ("\x02".join(map("\x01".join, props.items())) + "\x02").encode() if props else b""
     if len(props_bytes) > PROPERTIES_SIZE_MAX:
         raise RecordError(f"properties are {len(props_bytes)} bytes, more than {PROPERTIES_SIZE_MAX}")
-    born, born_v6 = _host_bytes(rec.born_host)
-    store, store_v6 = _host_bytes(rec.store_host)
-    flags = rec.sysflag & ~_V6_BITS
+    fixed, magic, flags, born, store, v4, topic_field = _shared_fields(
+        rec.topic, rec.born_host, rec.store_host, rec.sysflag)
+    body = rec.body
+    return (fixed + len(body) + len(props_bytes), magic, zlib.crc32(body) & CRC_MASK, flags, born, store,
+            v4, topic_field + _I16.pack(len(props_bytes)) + props_bytes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_fields(topic: str, born_host: Host, store_host: Host,
+                   sysflag: int) -> tuple[int, int, int, bytes, bytes, bool, bytes]:
+    """What records of one topic, hosts and sysflag have in common (a batch's records, and
+    most records of a producer): size without body and properties, magic, sysflag with the
+    host V6 bits, packed hosts, both-IPv4, topic field. Cached: it was a third of a prepare."""
+    topic_raw, topic_field = _topic_field(topic)
+    born, born_v6 = _host_bytes(born_host)
+    store, store_v6 = _host_bytes(store_host)
+    flags = sysflag & ~_V6_BITS
     if born_v6:
         flags |= sf.BORNHOST_V6
     if store_v6:
         flags |= sf.STOREHOST_V6
-    v2 = len(topic) > TOPIC_SIZE_MAX_V1
-    body = rec.body
-    size = RECORD_SIZE_MIN + len(body) + len(topic) + len(props_bytes) + v2
-    if born_v6 or store_v6:
-        size += (12 if born_v6 else 0) + (12 if store_v6 else 0)
-    return (size, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(body) & CRC_MASK, flags, born, store,
-            not (born_v6 or store_v6), topic_field + _I16.pack(len(props_bytes)) + props_bytes)
+    v2 = len(topic_raw) > TOPIC_SIZE_MAX_V1
+    fixed = RECORD_SIZE_MIN + len(topic_raw) + v2 + (12 if born_v6 else 0) + (12 if store_v6 else 0)
+    return (fixed, MAGIC_V2 if v2 else MAGIC_V1, flags, born, store, not (born_v6 or store_v6),
+            topic_field)
 
 
 def write_record(

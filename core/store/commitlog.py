@@ -8,6 +8,7 @@ full disk leaves the log as it was.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,6 +162,25 @@ class CommitLog:
         seg.dirty = True
         self.write_offset = phys + size
         return phys
+
+    def append_many(self, records: Sequence[MessageRecord], preps: Sequence[PreparedRecord],
+                    queue_offsets: Iterable[int], store_timestamp: int) -> list[int]:
+        """:meth:`append` for records that fit the current segment together (the caller made
+        room with :meth:`make_room`); returns their offsets."""
+        seg = self._tail
+        phys = self.write_offset
+        total = sum(prep[0] for prep in preps)
+        if seg is None or not (seg.start <= phys and phys - seg.start + total + BLANK_SIZE <= seg.size):
+            raise ValueError("append_many needs room made first")
+        view, start = seg.view, seg.start
+        out = []
+        for rec, prep, queue_offset in zip(records, preps, queue_offsets):
+            write_record(view, phys - start, rec, prep, queue_offset, phys, store_timestamp)
+            out.append(phys)
+            phys += prep[0]
+        seg.dirty = True
+        self.write_offset = phys
+        return out
 
     def make_room(self, size: int) -> bool:
         """Make ``size`` contiguous bytes available at ``write_offset`` (rolling to the next

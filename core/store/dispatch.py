@@ -53,9 +53,10 @@ class DispatchRequest(NamedTuple):
         )
 
 
-# A record just appended, as the store keeps it until dispatch:
-# (record, its ConsumeQueue or None, phys offset, size, queue offset, store timestamp).
-Appended = tuple[MessageRecord, "ConsumeQueue | None", int, int, int, int]
+# A record just appended, as the store keeps it until dispatch: (record, its ConsumeQueue or
+# None, phys offset, size, queue offset, store timestamp, its index keys or None when the
+# store keeps no key index).
+Appended = tuple[MessageRecord, "ConsumeQueue | None", int, int, int, int, "list[str] | None"]
 
 
 class DispatchBatch(Sequence[DispatchRequest]):
@@ -100,5 +101,5 @@ class DispatchBatch(Sequence[DispatchRequest]):
 
 
 def _request(appended: Appended) -> DispatchRequest:
-    rec, _cq, phys, size, queue_offset, stamp = appended
+    rec, _cq, phys, size, queue_offset, stamp, _keys = appended
     return DispatchRequest.of(rec, phys, size, queue_offset, stamp)

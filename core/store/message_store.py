@@ -16,7 +16,8 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from itertools import repeat
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -196,7 +197,8 @@ class MessageStore:
         # Every allocation (queue file, index file, segment) happens before the append, so a
         # full disk leaves the store as it was.
         cq, queue_offset = self._claim_queue(rec, 1)
-        reserved = self._reserve_index((rec,))
+        keys = index_keys(rec.properties) if self._index_enabled else None
+        reserved = self._reserve_index_entries(len(keys)) if keys else 0
         stamp = time.time_ns() // 1_000_000
         try:
             phys = self.commitlog.append(rec, prep, queue_offset, stamp)
@@ -204,7 +206,7 @@ class MessageStore:
             self.index.reserved -= reserved
             raise
         size = prep[0]
-        self._pending.append((rec, cq, phys, size, queue_offset, stamp))
+        self._pending.append((rec, cq, phys, size, queue_offset, stamp, keys))
         self._appended(cq, queue_offset, phys, stamp, 1)
         return PutResult(phys, queue_offset, size, stamp)
 
@@ -224,19 +226,19 @@ class MessageStore:
         preps = [prepare_record(rec) for rec in records]
         if not self.commitlog.make_room(sum(prep[0] for prep in preps)):
             return [self.put(rec) for rec in records]  # larger than a segment: one by one
+        keys = [index_keys(rec.properties) for rec in records] if self._index_enabled else None
         cq, queue_offset = self._claim_queue(first, len(records))
-        self._reserve_index(records)
+        if keys is not None:
+            self._reserve_index_entries(sum(map(len, keys)))
         stamp = time.time_ns() // 1_000_000
-        append = self.commitlog.append
-        pending = self._pending
-        results = []
-        for i, (rec, prep) in enumerate(zip(records, preps, strict=True)):
-            qo = queue_offset + i if cq is not None else 0
-            phys = append(rec, prep, qo, stamp)
-            pending.append((rec, cq, phys, prep[0], qo, stamp))
-            results.append(PutResult(phys, qo, prep[0], stamp))
+        count = len(records)
+        qos = range(queue_offset, queue_offset + count) if cq is not None else (0,) * count
+        offsets = self.commitlog.append_many(records, preps, qos, stamp)
+        self._pending.extend(zip(records, repeat(cq), offsets, (p[0] for p in preps), qos, repeat(stamp),
+                                 keys or repeat(None)))
+        results = [PutResult(phys, qo, prep[0], stamp) for phys, qo, prep in zip(offsets, qos, preps)]
         last = results[-1]
-        self._appended(cq, last.queue_offset, last.phys_offset, stamp, len(records))
+        self._appended(cq, last.queue_offset, last.phys_offset, stamp, count)
         return results
 
     def _check_body(self, rec: MessageRecord) -> None:
@@ -256,11 +258,8 @@ class MessageStore:
             cq.ensure_room(first + count - 1)
         return cq, first
 
-    def _reserve_index(self, records: Iterable[MessageRecord]) -> int:
-        """Reserve key-index room for the records' keys; returns how many entries."""
-        if not self._index_enabled:
-            return 0
-        count = sum(len(index_keys(rec.properties)) for rec in records)
+    def _reserve_index_entries(self, count: int) -> int:
+        """Reserve key-index room for ``count`` keys of records about to be put."""
         if count:
             self.index.reserve(count)
         return count
@@ -295,14 +294,12 @@ class MessageStore:
             return 0
         self._pending = []
         index_entries: list[tuple[int, int, int]] = []
-        indexing = self._index_enabled
-        for rec, cq, phys, size, queue_offset, stamp in pending:
-            props = rec.properties
+        for rec, cq, phys, size, queue_offset, stamp, keys in pending:
             if cq is not None:
-                cq.put_entry(queue_offset, phys, size, tags_code(props.get(TAGS_PROPERTY)))
-            if indexing:
+                cq.put_entry(queue_offset, phys, size, tags_code(rec.properties.get(TAGS_PROPERTY)))
+            if keys:
                 topic = rec.topic
-                index_entries.extend((key_hash(topic, k), phys, stamp) for k in index_keys(props))
+                index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
         self.index.put_many(index_entries)
         last = pending[-1]
         self.reput_offset = last[2] + last[3]
