@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import struct
 from typing import TYPE_CHECKING
 
 from core.broker.headers import SendHeader
@@ -106,9 +107,10 @@ def _sent(broker: Broker, request: RemotingCommand, queue_id: int, results: list
     host, port = broker.store_host
     if len(results) == 1:
         msg_ids = encode_offset_msg_id(host, port, results[0].phys_offset)
-    else:  # one host prefix, then each offset as 16 hex digits
+    else:  # one host prefix, then each offset as 16 hex digits (all offsets hexed at once)
         prefix = encode_offset_msg_id(host, port, 0)[:-16]
-        msg_ids = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
+        digits = struct.pack(f">{len(results)}q", *[r.phys_offset for r in results]).hex().upper()
+        msg_ids = ",".join([prefix + digits[i : i + 16] for i in range(0, len(digits), 16)])
     return request.reply(code, ext_fields={
         "msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(results[0].queue_offset),
     })

@@ -61,6 +61,16 @@ def test_uniq_keys_are_32_hex_and_distinct():
     assert next(iter(keys)).startswith("0A010203002A")
 
 
+def test_uniq_key_fields_time_since_the_month_and_a_counter():
+    gen = UniqKeyGenerator("10.1.2.3", pid=42)
+    march = 1_709_251_200_000  # 2024-03-01T00:00:00Z
+    first, second = gen.next(now_ms=march + 5_000), gen.next(now_ms=march + 5_000)
+    assert first[:12] == "0A010203002A" and first[:20] == second[:20]
+    assert first[20:28] == f"{5_000:08X}" and int(second[28:], 16) == int(first[28:], 16) + 1
+    april = gen.next(now_ms=1_711_929_600_000 + 7)  # 2024-04-01T00:00:00.007Z: the month rolled
+    assert april[20:28] == f"{7:08X}"
+
+
 @pytest.mark.parametrize("text, expected", [
     ("", 0), ("hello", 99162322), ("TagA", 2598919), ("é", 233), ("\U0001F600", 0xD83D * 31 + 0xDE00),
     ("polygenelubricants", -2147483648),
