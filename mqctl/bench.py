@@ -17,6 +17,7 @@ from typing import Annotated
 import trio
 import typer
 
+from core.client.producer import BATCH_MESSAGES_MAX
 from core.config import StoreConfig
 from core.store.message_store import open_message_store
 from formats.msgid import UniqKeyGenerator
@@ -265,6 +266,7 @@ def bench_produce(
     processes: Annotated[int, typer.Option(help="Client processes.")] = 1,
     auto_batch: Annotated[bool, typer.Option("--auto-batch/--no-auto-batch",
                                              help="Let concurrent sends share batch requests (RocketMQ 5's autoBatch).")] = True,
+    batch_max: Annotated[int, typer.Option(help="Messages an auto-batched request holds at most.")] = BATCH_MESSAGES_MAX,
     api: Annotated[SendApi, typer.Option(help="async: send_async with a window of N; "
                                               "sync: N tasks each awaiting send.")] = SendApi.ASYNC,
     as_json: JsonOutput = False,
@@ -273,7 +275,7 @@ def bench_produce(
     config = load(ctx)
     result = run_workers("produce", {"namesrv": config.namesrv_addresses, "topic": topic, "messages": messages,
                                      "size": size, "inflight": inflight, "auto_batch": auto_batch,
-                                     "api": api.value}, processes)
+                                     "api": api.value, "batch_max": batch_max}, processes)
     result.update(inflight=inflight, auto_batch=auto_batch, api=api.value)
     batching = ""
     requests, batched = int(result["batch_requests"]), int(result["batched"])  # type: ignore[call-overload]

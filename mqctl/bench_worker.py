@@ -39,7 +39,8 @@ async def produce(args: dict[str, Any]) -> dict[str, Any]:
     body = b"x" * args["size"]
     latencies: list[float] = []
     async with open_client(args["namesrv"], instance=f"bench-{args['worker']}") as client:
-        producer = Producer(client, "mqctl-bench", compression=None, timeout_s=10, auto_batch=args["auto_batch"])
+        producer = Producer(client, "mqctl-bench", compression=None, timeout_s=10, auto_batch=args["auto_batch"],
+                            batch_messages_max=args["batch_max"])
         await producer.send(Message(args["topic"], body))  # routes and connections warm
         sent_before = producer.batch_statistics()
         await wait_go()
