@@ -126,7 +126,7 @@ async def consume(args: dict[str, Any]) -> dict[str, Any]:
                 result = await pull(client, "mqctl-bench", mq, offset, max_nums=32)
                 latencies.append((time.perf_counter() - t0) * 1000)
                 count += len(result.messages)
-                size += sum(len(m.body) for m in result.messages)
+                size += sum([len(m.body) for m in result.messages])
                 if result.status in (PullStatus.NO_NEW_MSG, PullStatus.OFFSET_ILLEGAL) and result.next_offset <= offset:
                     break
                 offset = result.next_offset
