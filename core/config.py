@@ -6,6 +6,8 @@ Unknown keys are errors (a typo must not silently fall back to a default).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,8 @@ class StoreConfig:
     disk_check_interval_ms: int = 1000
     prefault_window_bytes: int = 64 * MiB
     recover_cut_damage: bool = False
+    # RocketMQ's messageDelayLevel: level N (1-based) delays a message by the N-th duration
+    delay_levels: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
     def __post_init__(self) -> None:
         if self.flush not in get_args(FlushMode):
@@ -55,6 +59,29 @@ class StoreConfig:
                      "retention_check_interval_ms", "disk_check_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"store.{name} must be positive")
+        parse_delay_levels(self.delay_levels)
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """The delay of each level in ms; level N is element N - 1."""
+        return parse_delay_levels(self.delay_levels)
+
+
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@functools.lru_cache(maxsize=16)
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """``"1s 5s 1m 2h"`` -> delays in ms (units ms, s, m, h, d, as RocketMQ's messageDelayLevel)."""
+    levels = []
+    for word in text.split():
+        match = re.fullmatch(r"(\d+)(ms|s|m|h|d)", word)
+        if match is None or int(match[1]) <= 0:
+            raise ConfigError(f"store.delay_levels: {word!r} is not a duration such as 5s, 1m or 2h")
+        levels.append(int(match[1]) * _DURATION_MS[match[2]])
+    if not levels:
+        raise ConfigError("store.delay_levels needs at least one level")
+    return tuple(levels)
 
 
 @dataclass(frozen=True, slots=True)

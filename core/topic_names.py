@@ -7,6 +7,7 @@ import re
 AUTO_CREATE_TOPIC = "TBW102"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delayed messages wait here, queue = level - 1
 TOPIC_LENGTH_MAX = 127
 _TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -24,3 +25,7 @@ def topic_problem(topic: str) -> str | None:
 
 def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group

@@ -15,7 +15,9 @@ from core.broker.clients import ClientRegistry
 from core.broker.long_polling import PullHold
 from core.broker.offsets import ConsumerOffsets
 from core.broker.pull import handle_pull
+from core.broker.schedule import ScheduleService
 from core.broker.send import handle_send
+from core.broker.send_back import handle_send_back
 from core.broker.topics import TopicTable
 from core.config import BrokerNode, Config
 from core.errors import RemotingError
@@ -49,11 +51,13 @@ class Broker:
         self.register_wanted = trio.Event()
         self.nursery: trio.Nursery | None = None
         self.bind(split_address(node.listen)[1])
+        self.schedule = ScheduleService(store, root / "config", self.store_host)
         self._handlers: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=False, batch=False),
             RequestCode.SEND_MESSAGE_V2: lambda b, r, c: handle_send(b, r, c, v2=True, batch=False),
             RequestCode.SEND_BATCH_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=True, batch=True),
             RequestCode.PULL_MESSAGE: handle_pull,
+            RequestCode.CONSUMER_SEND_MSG_BACK: handle_send_back,
             RequestCode.HEART_BEAT: client_requests.heartbeat,
             RequestCode.UNREGISTER_CLIENT: client_requests.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: client_requests.consumer_list,
@@ -88,6 +92,10 @@ class Broker:
         return handler(self, request, conn)
 
     # ------------------------------------------------------------------ events
+
+    def schedule_changed(self) -> None:
+        """A delayed message was stored: let the schedule service look at its due time."""
+        self.schedule.wake.set()
 
     def topics_changed(self) -> None:
         """Register with the name servers now rather than at the next period."""

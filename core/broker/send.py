@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from core.broker.headers import SendHeader
 from core.broker.responses import response_code
+from core.broker.schedule import delay_level, to_schedule
 from core.broker.topics import RETRY_PREFIX, topic_problem
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
@@ -15,7 +16,7 @@ from core.remoting.connection import Connection, Reply
 from core.store.message_store import PutResult
 from formats.batch import decode_batch
 from formats.msgid import encode_offset_msg_id
-from formats.properties import CLUSTER, WAIT, decode_properties
+from formats.properties import CLUSTER, DELAY, WAIT, decode_properties
 from formats.record import MessageRecord
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
             items = decode_batch(request.body)
             if not items:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+            if DELAY in base_props or any(item.properties.get(DELAY, "0") not in ("", "0") for item in items):
+                return request.reply(ResponseCode.MESSAGE_ILLEGAL, "delay levels are not supported for batched messages")
             cluster_pair = f"{CLUSTER}\x01{broker.cluster}\x02".encode()
             records = []
             for item in items:
@@ -74,11 +77,16 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
                     header.born_timestamp, born_host, 0, broker.store_host, header.reconsume_times,
                     properties_text=text))
         else:
-            records = [MessageRecord(
+            rec = MessageRecord(
                 topic=header.topic, body=request.body, properties=base_props, queue_id=queue_id,
                 flag=header.flag, sysflag=header.sysflag, born_timestamp=header.born_timestamp,
                 born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times,
-            )]
+            )
+            level = delay_level(rec)
+            if level:  # waits in the schedule topic; the reply still names the queue asked for
+                rec = to_schedule(rec, level, len(broker.store.config.delay_levels_ms))
+                broker.schedule_changed()
+            records = [rec]
         for rec in records:
             if len(rec.body) > broker.store.config.message_size_bytes_max:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple, overload
 
-from formats.properties import UNIQ_KEY, message_keys
+from core.topic_names import SCHEDULE_TOPIC
+from formats.properties import DELAY, TAGS, UNIQ_KEY, message_keys
 from formats.record import MessageRecord
 from formats.sysflag import is_dispatched
 from formats.tags import tags_code
@@ -35,22 +36,44 @@ class DispatchRequest(NamedTuple):
 
     @classmethod
     def of(cls, rec: MessageRecord, phys_offset: int, size: int, queue_offset: int | None = None,
-           store_timestamp: int | None = None) -> DispatchRequest:
+           store_timestamp: int | None = None, delay_levels_ms: tuple[int, ...] = ()) -> DispatchRequest:
         """The request for ``rec``; the offset and time default to the ones the record carries
         (a record read back from the log) and are passed for one just appended."""
         props = rec.properties
+        stamp = rec.store_timestamp if store_timestamp is None else store_timestamp
         return cls(
             topic=rec.topic,
             queue_id=rec.queue_id,
             queue_offset=rec.queue_offset if queue_offset is None else queue_offset,
             phys_offset=phys_offset,
             size=size,
-            tags_code=tags_code(rec.tags),
-            store_timestamp=rec.store_timestamp if store_timestamp is None else store_timestamp,
+            tags_code=record_tags_code(rec.topic, props, stamp, delay_levels_ms),
+            store_timestamp=stamp,
             sysflag=rec.sysflag,
             keys=tuple(message_keys(props)),
             uniq_key=props.get(UNIQ_KEY),
         )
+
+
+def record_tags_code(topic: str, props: dict[str, str], store_timestamp: int,
+                     delay_levels_ms: tuple[int, ...]) -> int:
+    """A record's ConsumeQueue tagsCode: the hash of its tag, except in the schedule topic,
+    where it is the time the message is due (RocketMQ's CommitLog does the same)."""
+    if topic == SCHEDULE_TOPIC and delay_levels_ms:
+        return deliver_time_ms(props, store_timestamp, delay_levels_ms)
+    return tags_code(props.get(TAGS))
+
+
+def deliver_time_ms(props: dict[str, str], store_timestamp: int, delay_levels_ms: tuple[int, ...]) -> int:
+    """When a delayed message is due: its store time plus its level's delay (levels above the
+    last count as the last)."""
+    try:
+        level = int(props.get(DELAY, "0"))
+    except ValueError:
+        level = 0
+    if level <= 0:
+        return store_timestamp
+    return store_timestamp + delay_levels_ms[min(level, len(delay_levels_ms)) - 1]
 
 
 # A record just appended, as the store keeps it until dispatch: (record, its ConsumeQueue or
@@ -64,10 +87,11 @@ class DispatchBatch(Sequence[DispatchRequest]):
     when read: building one per record on every append cost a tenth of the broker's batch
     path, and the usual listener (long polling) only needs :attr:`queues`."""
 
-    __slots__ = ("_appended", "_requests")
+    __slots__ = ("_appended", "_delay_levels_ms", "_requests")
 
-    def __init__(self, appended: Sequence[Appended]) -> None:
+    def __init__(self, appended: Sequence[Appended], delay_levels_ms: tuple[int, ...] = ()) -> None:
         self._appended = appended
+        self._delay_levels_ms = delay_levels_ms
         self._requests: Sequence[DispatchRequest] | None = None
 
     @classmethod
@@ -89,8 +113,12 @@ class DispatchBatch(Sequence[DispatchRequest]):
         if self._requests is not None:
             return self._requests[index]
         if isinstance(index, slice):
-            return [_request(a) for a in self._appended[index]]
-        return _request(self._appended[index])
+            return [self._request(a) for a in self._appended[index]]
+        return self._request(self._appended[index])
+
+    def _request(self, appended: Appended) -> DispatchRequest:
+        rec, _cq, phys, size, queue_offset, stamp, _keys = appended
+        return DispatchRequest.of(rec, phys, size, queue_offset, stamp, self._delay_levels_ms)
 
     @property
     def queues(self) -> set[tuple[str, int]]:
@@ -98,8 +126,3 @@ class DispatchBatch(Sequence[DispatchRequest]):
         if self._requests is not None:
             return {(r.topic, r.queue_id) for r in self._requests}
         return {(a[0].topic, a[0].queue_id) for a in self._appended}
-
-
-def _request(appended: Appended) -> DispatchRequest:
-    rec, _cq, phys, size, queue_offset, stamp, _keys = appended
-    return DispatchRequest.of(rec, phys, size, queue_offset, stamp)

@@ -16,9 +16,9 @@ import contextlib
 import logging
 import math
 import time
-from itertools import repeat
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -37,10 +37,11 @@ from core.plugin_manager import PluginHost
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import CommitLog, LogRecovery
 from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from core.store.dispatch import Appended, DispatchBatch, DispatchRequest
+from core.store.dispatch import Appended, DispatchBatch, DispatchRequest, record_tags_code
 from core.store.key_index import KeyIndex, key_hash
 from core.store.mapped_file import MappedFile
 from core.store.retention import disk_used_ratio, expired_segments
+from core.topic_names import SCHEDULE_TOPIC
 from formats.archive import archive_segment
 from formats.consume_queue import CQEntry
 from formats.errors import RecordError
@@ -114,6 +115,7 @@ class MessageStore:
         self._flush_failed = False
         self._body_size_max = config.message_size_bytes_max
         self._index_enabled = config.index_enabled
+        self._delay_levels_ms = config.delay_levels_ms
         # (record, its queue or None, phys offset, size, queue offset, store time)
         self._pending: list[Appended] = []
         self._dispatch_wanted = trio.Event()
@@ -175,7 +177,7 @@ class MessageStore:
             except RecordError as exc:
                 raise StoreCorruptError(f"cannot dispatch: {exc.reason}", seg.path,
                                         self.reput_offset) from exc
-            req = DispatchRequest.of(rec, self.reput_offset, rec.total_size)
+            req = DispatchRequest.of(rec, self.reput_offset, rec.total_size, delay_levels_ms=self._delay_levels_ms)
             self._dispatch(req)
             self.reput_offset += rec.total_size
             count += 1
@@ -296,7 +298,9 @@ class MessageStore:
         index_entries: list[tuple[int, int, int]] = []
         for rec, cq, phys, size, queue_offset, stamp, keys in pending:
             if cq is not None:
-                cq.put_entry(queue_offset, phys, size, tags_code(rec.properties.get(TAGS_PROPERTY)))
+                cq.put_entry(queue_offset, phys, size, tags_code(rec.properties.get(TAGS_PROPERTY))
+                             if rec.topic != SCHEDULE_TOPIC else
+                             record_tags_code(rec.topic, rec.properties, stamp, self._delay_levels_ms))
             if keys:
                 topic = rec.topic
                 index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
@@ -305,7 +309,7 @@ class MessageStore:
         self.reput_offset = last[2] + last[3]
         self._last_dispatch_ts = last[5]
         if self._notify_dispatch and self.plugins is not None:
-            self.plugins.records_dispatched(self.root, DispatchBatch(pending))
+            self.plugins.records_dispatched(self.root, DispatchBatch(pending, self._delay_levels_ms))
         return len(pending)
 
     async def _dispatch_loop(self) -> None:

@@ -1,0 +1,200 @@
+"""Delayed messages (RocketMQ's ScheduleMessageService).
+
+A message sent with ``DELAY`` = L > 0 is stored in ``SCHEDULE_TOPIC_XXXX`` queue L - 1, with its
+real topic and queue in ``REAL_TOPIC`` / ``REAL_QID``; its ConsumeQueue tagsCode is the time it
+is due (the store computes it). This service moves each due message to its real topic and
+queue, level by level in queue order, and keeps how far each level got in
+``config/delayOffset.json`` (RocketMQ's file name and shape).
+
+Unlike RocketMQ, a crash between a delivery and the next save of the progress does not deliver
+twice: after a restart, entries that were already due before the restart are first looked up
+by UNIQ_KEY in their real topic, and skipped when a copy stored after them is there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import trio
+
+from core.broker.persist import load_json, save_json
+from core.errors import StoreError
+from core.store.message_store import MessageStore
+from core.topic_names import SCHEDULE_TOPIC
+from formats.errors import RecordError
+from formats.properties import DELAY, REAL_QID, REAL_TOPIC, UNIQ_KEY
+from formats.record import MessageRecord
+from formats.sysflag import TRANSACTION_COMMIT, TRANSACTION_NOT_TYPE, transaction_type
+
+log = logging.getLogger(__name__)
+
+OFFSETS_FILE = "delayOffset.json"
+READ_BATCH = 64
+IDLE_WAIT_S = 1.0  # re-check this often even without news (a clock step, a refused put)
+PERSIST_INTERVAL_S = 1.0
+
+
+def delay_level(rec: MessageRecord) -> int:
+    """The record's DELAY level, 0 when it has none or it does not apply (transaction halves
+    and rollbacks wait for END_TRANSACTION, not for a timer)."""
+    raw = rec.properties.get(DELAY)
+    if not raw or transaction_type(rec.sysflag) not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT):
+        return 0
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        return 0
+
+
+def to_schedule(rec: MessageRecord, level: int, levels: int) -> MessageRecord:
+    """The record as stored while it waits: schedule topic, queue ``level - 1`` (levels above
+    the last wait as long as the last), real topic and queue kept in properties."""
+    level = min(level, levels)
+    props = dict(rec.properties)
+    props[DELAY] = str(level)
+    props[REAL_TOPIC] = rec.topic
+    props[REAL_QID] = str(rec.queue_id)
+    return replace(rec, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=props, properties_text=None)
+
+
+def from_schedule(rec: MessageRecord, store_host: tuple[str, int]) -> MessageRecord | None:
+    """The message to deliver for a due schedule record, or ``None`` when it lacks its real
+    topic (not something this broker wrote: skipped and logged)."""
+    props = dict(rec.properties)
+    topic = props.get(REAL_TOPIC)
+    try:
+        queue_id = int(props.get(REAL_QID, ""))
+    except ValueError:
+        return None
+    if not topic:
+        return None
+    props.pop(DELAY, None)
+    return MessageRecord(
+        topic=topic, body=rec.body, properties=props, queue_id=queue_id, flag=rec.flag,
+        sysflag=rec.sysflag, born_timestamp=rec.born_timestamp, born_host=rec.born_host,
+        store_host=store_host, reconsume_times=rec.reconsume_times,
+        prepared_tx_offset=rec.prepared_tx_offset,
+    )
+
+
+@dataclass
+class ScheduleStatistics:
+    delivered: int = 0
+    skipped_as_delivered: int = 0
+    skipped_malformed: int = 0
+
+
+class ScheduleService:
+    """Moves due delayed messages to their real queues. :meth:`deliver_due` is the whole
+    logic, driven by the wall-clock time it is given; :meth:`run` calls it in a loop."""
+
+    def __init__(self, store: MessageStore, config_dir: Path, store_host: tuple[str, int], *,
+                 started_ms: int | None = None) -> None:
+        self.store = store
+        self.path = config_dir / OFFSETS_FILE
+        self.store_host = store_host
+        self.levels_ms = store.config.delay_levels_ms
+        self.offsets: dict[int, int] = {}
+        doc = load_json(self.path) or {}
+        for level, offset in doc.get("offsetTable", {}).items():
+            self.offsets[int(level)] = int(offset)
+        self.stats = ScheduleStatistics()
+        self.wake = trio.Event()
+        self._saved = dict(self.offsets)
+        # Entries due before this instant may have been delivered by a run that crashed before
+        # saving its progress: check those against the real topic first.
+        self._uncertain_before_ms = time.time_ns() // 1_000_000 if started_ms is None else started_ms
+
+    def deliver_due(self, now_ms: int) -> int | None:
+        """Deliver every entry due at ``now_ms``; returns when the next one is due (``None``
+        when no level has entries waiting). A refused put (full disk) stops the round; the
+        entry is tried again on the next one."""
+        next_due: int | None = None
+        for level in range(1, len(self.levels_ms) + 1):
+            due = self._deliver_level(level, now_ms)
+            if due is not None and (next_due is None or due < next_due):
+                next_due = due
+        return next_due
+
+    def _deliver_level(self, level: int, now_ms: int) -> int | None:
+        queue_id = level - 1
+        offset = max(self.offsets.get(level, 0), self.store.min_queue_offset(SCHEDULE_TOPIC, queue_id))
+        try:
+            while True:
+                entries = self.store.queue_entries(SCHEDULE_TOPIC, queue_id, offset, READ_BATCH)
+                if not entries:
+                    return None
+                for queue_offset, entry in entries:
+                    if entry.is_padding:
+                        offset = queue_offset + 1
+                        continue
+                    if entry.tags_code > now_ms:
+                        return entry.tags_code
+                    self._deliver(entry.phys_offset, entry.tags_code)
+                    offset = queue_offset + 1
+        finally:
+            self.offsets[level] = offset
+
+    def _deliver(self, phys_offset: int, due_ms: int) -> None:
+        try:
+            rec = self.store.read_record(phys_offset)
+        except (KeyError, RecordError) as exc:
+            log.warning("schedule: cannot read the record at %d (%s); skipped", phys_offset, exc)
+            self.stats.skipped_malformed += 1
+            return
+        real = from_schedule(rec, self.store_host)
+        if real is None:
+            log.warning("schedule: the record at %d has no REAL_TOPIC/REAL_QID; skipped", phys_offset)
+            self.stats.skipped_malformed += 1
+            return
+        if due_ms < self._uncertain_before_ms and self._already_delivered(real, rec.store_timestamp):
+            self.stats.skipped_as_delivered += 1
+            return
+        self.store.put(real)  # StoreError propagates: the offset stays here, tried again later
+        self.stats.delivered += 1
+
+    def _already_delivered(self, real: MessageRecord, scheduled_at_ms: int) -> bool:
+        uniq = real.properties.get(UNIQ_KEY)
+        if not uniq:
+            return False
+        # the index keeps times to the second: look a second early, then compare exactly
+        copies = self.store.query_by_key(real.topic, uniq, limit=8, begin_ts=scheduled_at_ms - 1000)
+        return any(c.store_timestamp >= scheduled_at_ms and c.queue_id == real.queue_id for c in copies)
+
+    def save(self) -> None:
+        """Write the progress of every level (only when it changed)."""
+        if self.offsets != self._saved:
+            snapshot = dict(self.offsets)
+            save_json(self.path, {"offsetTable": {str(k): v for k, v in sorted(snapshot.items())}})
+            self._saved = snapshot
+
+    def backlog(self) -> dict[int, int]:
+        """Entries waiting per level (for status and tests)."""
+        return {level: self.store.max_queue_offset(SCHEDULE_TOPIC, level - 1) - self.offsets.get(level, 0)
+                for level in range(1, len(self.levels_ms) + 1)}
+
+    async def run(self) -> None:
+        """Deliver as messages fall due; saves progress at most every second and on exit."""
+        last_save = trio.current_time()
+        try:
+            while True:
+                self.wake = trio.Event()
+                try:
+                    next_due = self.deliver_due(time.time_ns() // 1_000_000)
+                except StoreError as exc:
+                    log.warning("schedule: delivery refused by the store (%s); retrying", exc)
+                    next_due = None
+                if trio.current_time() - last_save >= PERSIST_INTERVAL_S:
+                    await trio.to_thread.run_sync(self.save)
+                    last_save = trio.current_time()
+                wait_s = IDLE_WAIT_S
+                if next_due is not None:
+                    wait_s = min(wait_s, max(0.0, (next_due - time.time_ns() // 1_000_000) / 1000))
+                with trio.move_on_after(wait_s):
+                    await self.wake.wait()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.save)
