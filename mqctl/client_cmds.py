@@ -137,7 +137,9 @@ def tail(
             route = await client.route(topic)
             if route is None:
                 raise CliError(f"topic {topic} does not exist (no route on the name servers)")
-            consumer = PushConsumer(client, name, handler, from_beginning=from_beginning, use_committed=not private)
+            # what is left after --count stays in its queue for the next reader: not given back
+            consumer = PushConsumer(client, name, handler, from_beginning=from_beginning, use_committed=not private,
+                                    give_back=False)
             consumer.subscribe(topic, tags)
             await consumer.start()
             await done.wait()

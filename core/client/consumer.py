@@ -20,6 +20,7 @@ from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.topic_names import RETRY_PREFIX
 from formats.errors import FormatError
+from formats.properties import RETRY_TOPIC
 from formats.record import MessageRecord, decode_records
 from formats.tags import subscription_codes
 
@@ -31,6 +32,7 @@ PULL_TIMEOUT_S = 30.0
 ERROR_BACKOFF_S = 3.0
 REBALANCE_S = 10.0
 COMMIT_S = 5.0
+RETRY_LOCALLY_S = 1.0  # a message the broker would not take back is offered again after this
 SYSFLAG_COMMIT, SYSFLAG_SUSPEND, SYSFLAG_SUBSCRIPTION = 1, 2, 4
 
 
@@ -138,18 +140,29 @@ def allocate_average(queues: list[MessageQueue], members: list[str], me: str) ->
     return [queues[(start + i) % len(queues)] for i in range(max(0, take))]
 
 
-# A handler returns True (all consumed), False (see them again later), or how many of the
-# batch, from its start, it consumed.
+# A handler returns True (all consumed), False (none: RECONSUME_LATER), or how many of the
+# batch, from its start, it consumed (the rest: RECONSUME_LATER).
 Handler = Callable[[list[MessageRecord]], Awaitable[bool | int]]
 
 
 class PushConsumer:
-    """Clustering consumption: queues are shared among the group's members."""
+    """Clustering consumption: queues are shared among the group's members.
+
+    Messages the handler does not consume (RECONSUME_LATER) are given back to the broker
+    (CONSUMER_SEND_MSG_BACK) and come back later from ``%RETRY%<group>``, which every member
+    also consumes, with their original topic restored; after ``max_reconsume_times`` tries
+    they go to ``%DLQ%<group>``. A message the broker cannot take back is offered again here
+    after a pause, so nothing is skipped. With ``give_back=False`` unconsumed messages stay in
+    their queue instead (its offset does not move) and are offered again after a pause, as an
+    orderly consumer's suspend does: for readers that stop early, such as ``mqctl tail --count``.
+    """
 
     def __init__(self, runtime: ClientRuntime, group: str, handler: Handler, *, from_beginning: bool = False,
-                 use_committed: bool = True) -> None:
+                 use_committed: bool = True, max_reconsume_times: int = 16, give_back: bool = True) -> None:
         self.runtime = runtime
         self.group = group
+        self.max_reconsume_times = max_reconsume_times
+        self.give_back = give_back
         self.handler = handler
         self.from_beginning = from_beginning
         self.use_committed = use_committed
@@ -210,7 +223,7 @@ class PushConsumer:
 
     async def rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
-        for topic in self.subscriptions:
+        for topic in [*self.subscriptions, RETRY_PREFIX + self.group]:
             route = await self.runtime.route(topic, refresh=True)
             if route is None or not route.read_queues:
                 continue
@@ -262,18 +275,44 @@ class PushConsumer:
                 if result.messages:
                     consumed = await self._deliver(result.messages)
                     if consumed is not True:
-                        if consumed:  # a prefix: resume after the last message it took
-                            offset = result.messages[consumed - 1].queue_offset + 1
+                        later = result.messages[int(consumed):]
+                        given_back = await self._send_back(mq, later) if self.give_back else 0
+                        if given_back < len(later):  # the broker could not take them: retry here
+                            offset = later[given_back].queue_offset
                             self.offsets[mq] = offset
-                        else:
-                            await trio.sleep(1.0)  # the handler asked to see them again
-                        continue
+                            await trio.sleep(RETRY_LOCALLY_S)
+                            continue
                 offset = result.next_offset
                 self.offsets[mq] = offset
                 if result.status is PullStatus.OFFSET_ILLEGAL:
                     await self._commit(mq)
 
+    async def _send_back(self, mq: MessageQueue, messages: list[MessageRecord]) -> int:
+        """Give ``messages`` back for a later retry; returns how many the broker took, in order."""
+        try:
+            addr = await _broker(self.runtime, mq)
+        except ClientError:
+            return 0
+        for i, rec in enumerate(messages):
+            cmd = RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields={
+                "group": self.group, "offset": str(rec.phys_offset), "delayLevel": "0",
+                "originMsgId": rec.uniq_key or "", "originTopic": rec.topic, "unitMode": "false",
+                "maxReconsumeTimes": str(self.max_reconsume_times)})
+            try:
+                resp = await self.runtime.invoke(addr, cmd, 3)
+            except RemotingError as exc:
+                log.info("send back of %s@%d failed: %s", mq, rec.queue_offset, exc)
+                return i
+            if resp.code != ResponseCode.SUCCESS:
+                log.info("send back of %s@%d refused: %s", mq, rec.queue_offset, resp.remark)
+                return i
+        return len(messages)
+
     async def _deliver(self, messages: list[MessageRecord]) -> bool | int:
+        for rec in messages:  # a retry shows its original topic, as RocketMQ clients do
+            original = rec.properties.get(RETRY_TOPIC)
+            if original and rec.topic.startswith(RETRY_PREFIX):
+                rec.topic = original
         try:
             consumed = await self.handler(messages)
         except Exception:

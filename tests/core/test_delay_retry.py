@@ -175,3 +175,36 @@ async def test_a_delayed_message_survives_a_broker_restart_and_is_delivered_once
     with trio.move_on_after(1.0):
         await wait_pull(client, third.address, "Restart", count=2)
         pytest.fail("delivered twice")
+
+
+async def test_push_consumer_reconsume_later_brings_the_message_back_through_the_retry_topic(fast_broker):
+    from core.client.consumer import PushConsumer
+    from core.client.producer import Message, Producer
+    from core.client.runtime import open_client
+
+    _, _, cluster = fast_broker
+    seen: list[tuple[str, bytes, int]] = []
+
+    async def handler(messages):
+        for m in messages:
+            seen.append((m.topic, m.body, m.reconsume_times))
+        # the first delivery of "b" fails: a and the rest consumed, b given back
+        if any(m.body == b"b" and m.reconsume_times == 0 for m in messages):
+            return [m.body for m in messages].index(b"b")
+        return True
+
+    async with open_client(cluster.namesrv) as client:
+        producer = Producer(client, "PG")
+        for body in (b"a", b"b", b"c"):
+            await producer.send(Message("Redo", body))
+        consumer = PushConsumer(client, "RG", handler, from_beginning=True)
+        consumer.subscribe("Redo")
+        await consumer.start()
+        with trio.fail_after(20):
+            while (("Redo", b"b", 1)) not in seen:
+                await consumer.rebalance()  # picks up %RETRY%RG once its route exists
+                await trio.sleep(0.05)
+        await consumer.stop()
+    firsts = sorted(body for topic, body, times in seen if times == 0)
+    assert firsts[:3] == [b"a", b"b", b"c"] and seen.count(("Redo", b"b", 1)) == 1
+    assert all(topic == "Redo" for topic, _, _ in seen), "retries show their original topic"

@@ -1,8 +1,10 @@
 """The stock C++ RocketMQ client (PyPI rocketmq 0.4.4 wrapping librocketmq 1.2.3), driven as a
 child process so the tests see it exactly as an application would.
 
-    python cpp_client.py produce NAMESRV TOPIC COUNT [START]
-    python cpp_client.py consume NAMESRV GROUP TOPIC EXPRESSION COUNT TIMEOUT_S
+    python cpp_client.py produce NAMESRV TOPIC COUNT [START [DELAY_LEVEL]]
+    python cpp_client.py consume NAMESRV GROUP TOPIC EXPRESSION COUNT TIMEOUT_S [later]
+
+``later``: the first delivery of each message fails (RECONSUME_LATER), later ones succeed.
 
 Each message sent or received is printed as one JSON line.
 """
@@ -15,7 +17,7 @@ import time
 from rocketmq.client import Message, Producer, PushConsumer
 
 
-def produce(namesrv: str, topic: str, count: int, start: int = 0) -> None:
+def produce(namesrv: str, topic: str, count: int, start: int = 0, delay_level: int = 0) -> None:
     producer = Producer("PID_interop")
     producer.set_namesrv_addr(namesrv)
     producer.start()
@@ -26,14 +28,17 @@ def produce(namesrv: str, topic: str, count: int, start: int = 0) -> None:
             msg.set_tags("TagA" if i % 2 == 0 else "TagB")
             msg.set_property("idx", str(i))
             msg.set_body(f"message {i} from the C++ client")
+            if delay_level:
+                msg.set_delay_time_level(delay_level)
             result = producer.send_sync(msg)
             print(json.dumps({"i": i, "status": int(result.status), "msg_id": result.msg_id,
-                              "offset": result.offset}), flush=True)
+                              "offset": result.offset, "sent_at": time.time()}), flush=True)
     finally:
         producer.shutdown()
 
 
-def consume(namesrv: str, group: str, topic: str, expression: str, count: int, timeout_s: float) -> None:
+def consume(namesrv: str, group: str, topic: str, expression: str, count: int, timeout_s: float,
+            fail_first: bool = False) -> None:
     got = []
     lock = threading.Lock()
 
@@ -43,10 +48,13 @@ def consume(namesrv: str, group: str, topic: str, expression: str, count: int, t
     def on_message(msg) -> None:  # type: ignore[no-untyped-def]
         row = {"body": text(msg.body), "tags": text(msg.tags), "keys": text(msg.keys),
                "idx": text(msg.get_property("idx")), "queue_id": msg.queue_id,
-               "queue_offset": msg.queue_offset, "msg_id": text(msg.id), "topic": text(msg.topic)}
+               "queue_offset": msg.queue_offset, "msg_id": text(msg.id), "topic": text(msg.topic),
+               "reconsume_times": msg.reconsume_times, "received_at": time.time()}
         with lock:
             got.append(row)
             print(json.dumps(row), flush=True)
+        if fail_first and msg.reconsume_times == 0:
+            raise RuntimeError("RECONSUME_LATER")
 
     consumer = PushConsumer(group)
     consumer.set_namesrv_addr(namesrv)
@@ -65,6 +73,8 @@ def consume(namesrv: str, group: str, topic: str, expression: str, count: int, t
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "produce":
-        produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0)
+        produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0,
+                int(sys.argv[6]) if len(sys.argv) > 6 else 0)
     else:
-        consume(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), float(sys.argv[7]))
+        consume(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), float(sys.argv[7]),
+                len(sys.argv) > 8 and sys.argv[8] == "later")
