@@ -26,6 +26,7 @@ from mqctl.context import load
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput
 
+
 class SendApi(str, enum.Enum):
     ASYNC = "async"
     SYNC = "sync"
