@@ -15,6 +15,7 @@ from core.broker.clients import ClientRegistry
 from core.broker.long_polling import PullHold
 from core.broker.offsets import ConsumerOffsets
 from core.broker.pull import handle_pull
+from core.broker.queue_locks import QueueLocks
 from core.broker.schedule import ScheduleService
 from core.broker.send import handle_send
 from core.broker.send_back import handle_send_back
@@ -52,12 +53,15 @@ class Broker:
         self.nursery: trio.Nursery | None = None
         self.bind(split_address(node.listen)[1])
         self.schedule = ScheduleService(store, root / "config", self.store_host)
+        self.queue_locks = QueueLocks()
         self._handlers: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=False, batch=False),
             RequestCode.SEND_MESSAGE_V2: lambda b, r, c: handle_send(b, r, c, v2=True, batch=False),
             RequestCode.SEND_BATCH_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=True, batch=True),
             RequestCode.PULL_MESSAGE: handle_pull,
             RequestCode.CONSUMER_SEND_MSG_BACK: handle_send_back,
+            RequestCode.LOCK_BATCH_MQ: client_requests.lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: client_requests.unlock_batch,
             RequestCode.HEART_BEAT: client_requests.heartbeat,
             RequestCode.UNREGISTER_CLIENT: client_requests.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: client_requests.consumer_list,

@@ -1,6 +1,6 @@
 """Requests from clients about themselves and their offsets: HEART_BEAT, UNREGISTER_CLIENT,
 GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET,
-SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME."""
+SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME, LOCK/UNLOCK_BATCH_MQ."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from core.broker.headers import HeaderFieldError, as_int
+from core.broker.queue_locks import LockedQueue
 from core.broker.topics import retry_topic
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
@@ -127,3 +128,35 @@ def earliest_store_time(broker: Broker, request: RemotingCommand, conn: Connecti
     if stamp is None:
         return request.reply(ResponseCode.SYSTEM_ERROR, f"no message in {topic}/{queue_id}")
     return request.reply(ResponseCode.SUCCESS, ext_fields={"timestamp": str(stamp)})
+
+
+def _lock_body(request: RemotingCommand) -> tuple[str, str, list[LockedQueue]]:
+    """LockBatchRequestBody / UnlockBatchRequestBody: group, client id and queues."""
+    doc = orjson.loads(request.body) if request.body else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("mqSet", []), list):
+        raise ValueError("the body must be an object with consumerGroup, clientId and mqSet")
+    queues = []
+    for mq in doc.get("mqSet", []):
+        if not isinstance(mq, dict):
+            raise ValueError("mqSet holds objects")
+        queues.append(LockedQueue(str(mq.get("topic", "")), str(mq.get("brokerName", "")), int(mq.get("queueId", -1))))
+    return str(doc.get("consumerGroup", "")), str(doc.get("clientId", "")), queues
+
+
+def lock_batch(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        group, client_id, queues = _lock_body(request)
+    except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"bad LOCK_BATCH_MQ body: {exc}")
+    locked = broker.queue_locks.try_lock(group, client_id, queues, broker.now_ms())
+    return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"lockOKMQSet": [
+        {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id} for mq in locked]}))
+
+
+def unlock_batch(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    try:
+        group, client_id, queues = _lock_body(request)
+    except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"bad UNLOCK_BATCH_MQ body: {exc}")
+    broker.queue_locks.unlock(group, client_id, queues)
+    return request.reply(ResponseCode.SUCCESS)

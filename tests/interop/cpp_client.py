@@ -2,9 +2,12 @@
 child process so the tests see it exactly as an application would.
 
     python cpp_client.py produce NAMESRV TOPIC COUNT [START [DELAY_LEVEL]]
-    python cpp_client.py consume NAMESRV GROUP TOPIC EXPRESSION COUNT TIMEOUT_S [later]
+    python cpp_client.py produce-orderly NAMESRV TOPIC COUNT KEYS
+    python cpp_client.py consume NAMESRV GROUP TOPIC EXPRESSION COUNT TIMEOUT_S [later|orderly]
 
 ``later``: the first delivery of each message fails (RECONSUME_LATER), later ones succeed.
+``orderly``: an orderly push consumer (queue locks, one queue at a time per consumer).
+``produce-orderly``: message i goes with ``send_orderly`` and sharding key i % KEYS.
 
 Each message sent or received is printed as one JSON line.
 """
@@ -37,8 +40,24 @@ def produce(namesrv: str, topic: str, count: int, start: int = 0, delay_level: i
         producer.shutdown()
 
 
+def produce_orderly(namesrv: str, topic: str, count: int, keys: int) -> None:
+    producer = Producer("PID_orderly")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        for i in range(count):
+            msg = Message(topic)
+            msg.set_keys(f"key-{i % keys}")
+            msg.set_property("idx", str(i))
+            msg.set_body(f"ordered {i}")
+            result = producer.send_orderly(msg, i % keys)
+            print(json.dumps({"i": i, "status": int(result.status), "msg_id": result.msg_id}), flush=True)
+    finally:
+        producer.shutdown()
+
+
 def consume(namesrv: str, group: str, topic: str, expression: str, count: int, timeout_s: float,
-            fail_first: bool = False) -> None:
+            fail_first: bool = False, orderly: bool = False) -> None:
     got = []
     lock = threading.Lock()
 
@@ -56,7 +75,7 @@ def consume(namesrv: str, group: str, topic: str, expression: str, count: int, t
         if fail_first and msg.reconsume_times == 0:
             raise RuntimeError("RECONSUME_LATER")
 
-    consumer = PushConsumer(group)
+    consumer = PushConsumer(group, orderly=orderly)
     consumer.set_namesrv_addr(namesrv)
     consumer.subscribe(topic, on_message, expression)
     consumer.start()
@@ -72,9 +91,11 @@ def consume(namesrv: str, group: str, topic: str, expression: str, count: int, t
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    if mode == "produce":
+    if mode == "produce-orderly":
+        produce_orderly(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif mode == "produce":
         produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0,
                 int(sys.argv[6]) if len(sys.argv) > 6 else 0)
     else:
         consume(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), float(sys.argv[7]),
-                len(sys.argv) > 8 and sys.argv[8] == "later")
+                len(sys.argv) > 8 and sys.argv[8] == "later", len(sys.argv) > 8 and sys.argv[8] == "orderly")

@@ -89,3 +89,15 @@ def test_cpp_reconsume_later_redelivers_with_reconsume_times_counted(cluster):
     retries = sorted(int(g["idx"]) for g in got if g["reconsume_times"] == 1)
     assert firsts == [0, 1, 2] and retries == [0, 1, 2]
     assert {g["topic"] for g in got} == {"Redo"}, "the client shows retries under their original topic"
+
+
+def test_cpp_orderly_send_and_orderly_consumer_keep_each_keys_order(cluster):
+    assert cluster.mqctl("topic", "create", "Ordered", "--queues", "4").returncode == 0
+    sent = cluster.cpp("produce-orderly", cluster.namesrv, "Ordered", "200", "4")
+    assert [s["status"] for s in sent] == [0] * 200
+    got = cluster.cpp("consume", cluster.namesrv, "CID_orderly", "Ordered", "*", "200", "60", "orderly")
+    assert sorted(int(g["idx"]) for g in got) == list(range(200))
+    for key in range(4):
+        mine = [g for g in got if g["keys"] == f"key-{key}"]
+        assert len({g["queue_id"] for g in mine}) == 1, "one sharding key, one queue"
+        assert [int(g["idx"]) for g in mine] == list(range(key, 200, 4)), "consumed in the order sent"
