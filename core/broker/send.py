@@ -22,6 +22,8 @@ from formats.record import MessageRecord
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
+BATCH_DELAY_REFUSED = "delay levels are not supported for batched messages"  # as RocketMQ
+
 
 def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v2: bool,
                 batch: bool) -> Reply:
@@ -60,12 +62,14 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
             items = decode_batch(request.body)
             if not items:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
-            if DELAY in base_props or any(item.properties.get(DELAY, "0") not in ("", "0") for item in items):
-                return request.reply(ResponseCode.MESSAGE_ILLEGAL, "delay levels are not supported for batched messages")
+            if _delayed(base_props):
+                return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_DELAY_REFUSED)
             cluster_pair = f"{CLUSTER}\x01{broker.cluster}\x02".encode()
             records = []
             for item in items:
                 props, text = item.properties, item.properties_text
+                if DELAY in props and _delayed(props):
+                    return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_DELAY_REFUSED)
                 if WAIT in props or CLUSTER in props or text is None or (text and not text.endswith(b"\x02")):
                     props = {k: v for k, v in props.items() if k != WAIT}
                     text = None  # re-encoded from the dict
@@ -122,6 +126,10 @@ def _sent(broker: Broker, request: RemotingCommand, queue_id: int, results: list
     return request.reply(code, ext_fields={
         "msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(results[0].queue_offset),
     })
+
+
+def _delayed(props: dict[str, str]) -> bool:
+    return props.get(DELAY, "0") not in ("", "0")
 
 
 def _host(remote: str) -> tuple[str, int]:
