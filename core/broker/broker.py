@@ -97,10 +97,6 @@ class Broker:
 
     # ------------------------------------------------------------------ events
 
-    def schedule_changed(self) -> None:
-        """A delayed message was stored: let the schedule service look at its due time."""
-        self.schedule.wake.set()
-
     def topics_changed(self) -> None:
         """Register with the name servers now rather than at the next period."""
         self.register_wanted.set()

@@ -108,6 +108,16 @@ class ScheduleService:
         # saving its progress: check those against the real topic first.
         self._uncertain_before_ms = time.time_ns() // 1_000_000 if started_ms is None else started_ms
 
+    def hold_if_delayed(self, rec: MessageRecord) -> MessageRecord:
+        """What to store for ``rec``: itself, or, when it asks for a delay level, its schedule
+        form (and this service looks at the new due time). Every put of the broker that may
+        carry a delay (sends, send-backs) goes through here, as RocketMQ's putMessage does."""
+        level = delay_level(rec)
+        if not level:
+            return rec
+        self.wake.set()
+        return to_schedule(rec, level, len(self.levels_ms))
+
     def deliver_due(self, now_ms: int) -> int | None:
         """Deliver every entry due at ``now_ms``; returns when the next one is due (``None``
         when no level has entries waiting). A refused put (full disk) stops the round; the

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from core.broker.headers import SendHeader
 from core.broker.responses import response_code
-from core.broker.schedule import delay_level, to_schedule
 from core.broker.topics import RETRY_PREFIX, topic_problem
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
@@ -86,11 +85,8 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
                 flag=header.flag, sysflag=header.sysflag, born_timestamp=header.born_timestamp,
                 born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times,
             )
-            level = delay_level(rec)
-            if level:  # waits in the schedule topic; the reply still names the queue asked for
-                rec = to_schedule(rec, level, len(broker.store.config.delay_levels_ms))
-                broker.schedule_changed()
-            records = [rec]
+            # a delayed one waits in the schedule topic; the reply still names the queue asked for
+            records = [broker.schedule.hold_if_delayed(rec)]
         for rec in records:
             if len(rec.body) > broker.store.config.message_size_bytes_max:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL,

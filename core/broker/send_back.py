@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from core.broker.headers import HeaderFieldError, as_int
 from core.broker.responses import response_code
-from core.broker.schedule import to_schedule
 from core.broker.topics import topic_problem
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
@@ -52,17 +51,13 @@ def handle_send_back(broker: Broker, request: RemotingCommand, conn: Connection)
     again = _retry_record(broker, original, offset, group, delay_level, max_times)
     created = broker.topics.ensure(again.topic, RETRY_QUEUE_NUMS if again.topic == retry_topic(group)
                                    else DLQ_QUEUE_NUMS)[1]
-    level = int(again.properties.get(DELAY, "0"))
-    if level > 0:
-        again = to_schedule(again, level, len(broker.store.config.delay_levels_ms))
     try:
-        broker.store.put(again)
+        broker.store.put(broker.schedule.hold_if_delayed(again))
     except Exception as exc:  # store and format errors, mapped in one place
         code, remark = response_code(exc)
         return request.reply(code, remark)
     if created:
         broker.topics_changed()
-    broker.schedule_changed()
     return request.reply(ResponseCode.SUCCESS)
 
 
