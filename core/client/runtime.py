@@ -8,7 +8,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -32,6 +32,9 @@ HEARTBEAT_S = 30.0
 LANGUAGE = "PYTHON"
 
 
+ServerRequestHandler = Callable[[RemotingCommand, Connection], Reply]
+
+
 class ClientError(Exception):
     """A client operation failed; the message names the broker(s) and why."""
 
@@ -48,6 +51,10 @@ class ClientRuntime:
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, PushConsumer] = {}
         self._ns_index = 0
+        # requests brokers send us, by code; producers and consumers register theirs
+        self.request_handlers: dict[int, ServerRequestHandler] = {
+            RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._consumer_ids_changed,
+        }
 
     # ------------------------------------------------------------------ routes
 
@@ -118,12 +125,16 @@ class ClientRuntime:
     # ------------------------------------------------------------------ broker -> client
 
     def process(self, request: RemotingCommand, conn: Connection) -> Reply:
-        if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
-            consumer = self.consumers.get(request.ext_fields.get("consumerGroup", ""))
-            if consumer is not None:
-                consumer.rebalance_soon()
-            return None
-        return request.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {request.code} not supported")
+        handler = self.request_handlers.get(request.code)
+        if handler is None:
+            return request.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {request.code} not supported")
+        return handler(request, conn)
+
+    def _consumer_ids_changed(self, request: RemotingCommand, conn: Connection) -> Reply:
+        consumer = self.consumers.get(request.ext_fields.get("consumerGroup", ""))
+        if consumer is not None:
+            consumer.rebalance_soon()
+        return None
 
     async def shutdown(self) -> None:
         for consumer in list(self.consumers.values()):
