@@ -131,10 +131,16 @@ class BrokerSettings:
     offset_persist_interval_ms: int = 5_000
     frame_size_bytes_max: int = 16 * MiB
     retry_max_times: int = 16
+    transaction_timeout_ms: int = 6_000
+    transaction_check_interval_ms: int = 60_000
+    transaction_check_max: int = 15
 
     def __post_init__(self) -> None:
         if not 1 <= self.default_topic_queue_nums <= 1024:
             raise ConfigError("broker.default_topic_queue_nums must be in 1..1024")
+        if self.transaction_timeout_ms < 0 or self.transaction_check_interval_ms <= 0 or self.transaction_check_max < 1:
+            raise ConfigError("broker.transaction_timeout_ms must be >= 0, transaction_check_interval_ms > 0 "
+                              "and transaction_check_max >= 1")
 
 
 def _check_listen(kind: str, name: str, listen: str) -> None:

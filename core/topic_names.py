@@ -8,6 +8,9 @@ AUTO_CREATE_TOPIC = "TBW102"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delayed messages wait here, queue = level - 1
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # transaction halves wait here for their decision
+TRANS_OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"  # one record per decided half
+TRANS_CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"  # halves nobody decided after every check
 TOPIC_LENGTH_MAX = 127
 _TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 

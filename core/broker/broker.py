@@ -12,6 +12,7 @@ import trio
 
 from core.broker import admin, client_requests
 from core.broker.clients import ClientRegistry
+from core.broker.end_transaction import handle_end_transaction
 from core.broker.long_polling import PullHold
 from core.broker.offsets import ConsumerOffsets
 from core.broker.pull import handle_pull
@@ -20,6 +21,7 @@ from core.broker.schedule import ScheduleService
 from core.broker.send import handle_send
 from core.broker.send_back import handle_send_back
 from core.broker.topics import TopicTable
+from core.broker.transaction_service import TransactionService
 from core.config import BrokerNode, Config
 from core.errors import RemotingError
 from core.remoting.client import split_address
@@ -54,12 +56,15 @@ class Broker:
         self.bind(split_address(node.listen)[1])
         self.schedule = ScheduleService(store, root / "config", self.store_host)
         self.queue_locks = QueueLocks()
+        self.transactions = TransactionService(store, root / "config", self.settings, self.store_host,
+                                               self.producer_connections, self.schedule.hold_if_delayed)
         self._handlers: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=False, batch=False),
             RequestCode.SEND_MESSAGE_V2: lambda b, r, c: handle_send(b, r, c, v2=True, batch=False),
             RequestCode.SEND_BATCH_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=True, batch=True),
             RequestCode.PULL_MESSAGE: handle_pull,
             RequestCode.CONSUMER_SEND_MSG_BACK: handle_send_back,
+            RequestCode.END_TRANSACTION: handle_end_transaction,
             RequestCode.LOCK_BATCH_MQ: client_requests.lock_batch,
             RequestCode.UNLOCK_BATCH_MQ: client_requests.unlock_batch,
             RequestCode.HEART_BEAT: client_requests.heartbeat,
@@ -115,6 +120,11 @@ class Broker:
                                               ext_fields={"consumerGroup": group}, language="JAVA"))
         except RemotingError:
             pass
+
+    def producer_connections(self, group: str) -> list[object]:
+        """Live connections of the group's producers (whom transaction checks go to)."""
+        return [c for c in self.clients.producers.get(group, {}).values()
+                if isinstance(c, Connection) and not c.closed.is_set()]
 
     def connection_closed(self, conn: Connection) -> None:
         for group in self.clients.drop_connection(conn):

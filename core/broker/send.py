@@ -9,19 +9,21 @@ from typing import TYPE_CHECKING
 from core.broker.headers import SendHeader
 from core.broker.responses import response_code
 from core.broker.topics import RETRY_PREFIX, topic_problem
+from core.broker.transactions import is_half
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.store.message_store import PutResult
 from formats.batch import decode_batch
 from formats.msgid import encode_offset_msg_id
-from formats.properties import CLUSTER, DELAY, WAIT, decode_properties
+from formats.properties import CLUSTER, DELAY, TRAN_MSG, WAIT, decode_properties
 from formats.record import MessageRecord
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
 BATCH_DELAY_REFUSED = "delay levels are not supported for batched messages"  # as RocketMQ
+BATCH_TRANSACTION_REFUSED = "transactional messages cannot be batched"
 
 
 def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v2: bool,
@@ -53,6 +55,7 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
         return request.reply(ResponseCode.SYSTEM_ERROR, f"request queueId[{queue_id}] is illegal, "
                              f"topic {header.topic} has {config.write_queue_nums} write queues")
     born_host = _host(conn.remote)
+    half: MessageRecord | None = None
     base_props = decode_properties(header.properties)
     base_props.pop(WAIT, None)
     base_props[CLUSTER] = broker.cluster
@@ -69,6 +72,8 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
                 props, text = item.properties, item.properties_text
                 if DELAY in props and _delayed(props):
                     return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_DELAY_REFUSED)
+                if TRAN_MSG in props:
+                    return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_TRANSACTION_REFUSED)
                 if WAIT in props or CLUSTER in props or text is None or (text and not text.endswith(b"\x02")):
                     props = {k: v for k, v in props.items() if k != WAIT}
                     text = None  # re-encoded from the dict
@@ -85,14 +90,23 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
                 flag=header.flag, sysflag=header.sysflag, born_timestamp=header.born_timestamp,
                 born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times,
             )
-            # a delayed one waits in the schedule topic; the reply still names the queue asked for
-            records = [broker.schedule.hold_if_delayed(rec)]
+            # a half waits in the half topic, a delayed one in the schedule topic; the reply
+            # still names the queue asked for
+            if is_half(rec):
+                half = broker.transactions.half_of(rec)
+                records = [half]
+                if broker.topics.ensure(half.topic, 1)[1]:  # a system topic, readable by operators
+                    broker.topics_changed()
+            else:
+                records = [broker.schedule.hold_if_delayed(rec)]
         for rec in records:
             if len(rec.body) > broker.store.config.message_size_bytes_max:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL,
                                      f"the message body size over max value, MAX: "
                                      f"{broker.store.config.message_size_bytes_max}")
         results = broker.store.put_many(records) if len(records) > 1 else [broker.store.put(records[0])]
+        if half is not None:
+            broker.transactions.opened(half, results[0])
     except Exception as exc:  # store, format and size errors, mapped in one place
         code, remark = response_code(exc)
         return request.reply(code, remark)

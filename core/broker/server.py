@@ -43,8 +43,9 @@ async def serve_broker(
                         broker, host, port, plugins=plugins, on_close=broker.connection_closed,
                         frame_size_max=config.broker.frame_size_bytes_max, task_status=task_status))
                     broker.bind(bound)
-                    broker.schedule.store_host = broker.store_host
+                    broker.schedule.store_host = broker.transactions.store_host = broker.store_host
                     nursery.start_soon(broker.schedule.run)
+                    nursery.start_soon(broker.transactions.run)
                     nursery.start_soon(registration_loop, broker, client, config.namesrv_addresses)
                     nursery.start_soon(_housekeeping, broker)
                     log.info("broker %s listening on %s", node.node, broker.address)

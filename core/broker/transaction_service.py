@@ -1,0 +1,277 @@
+"""Transactional messages, the broker's side (RocketMQ's TransactionalMessageService and
+TransactionalMessageCheckService): opening halves at send time, applying decisions, asking
+producers about halves left open, and rebuilding the open table after a restart.
+
+Checks: a half open for ``broker.transaction_timeout_ms`` (or its own
+``CHECK_IMMUNITY_TIME_IN_SECONDS``, when longer) is sent to one online producer of its group as
+CHECK_TRANSACTION_STATE (oneway, the half in the body with its real topic), again every
+``transaction_check_interval_ms``, at most ``transaction_check_max`` times; after that it is
+copied to ``TRANS_CHECK_MAX_TIME_TOPIC`` and closed. Differences from RocketMQ, on purpose:
+ages are measured from the broker's store time, not the producer's born time (clocks differ);
+a round where the group has no producer online does not count as a check, so a producer that is
+down for a while loses nothing; check counts live in memory (a restart grants the full count
+again). A restart rebuilds the open table from ``config/transaction.json`` (the lowest open
+half) and the op topic; a commit whose op record was lost in a crash is recognised by the
+committed copy (same UNIQ_KEY, PREPARED TRANSACTION OFFSET = the half) and not stored twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import trio
+
+from core.broker.persist import load_json, save_json
+from core.broker.transactions import (
+    HALF_QUEUE_ID,
+    HalfTable,
+    OpenHalf,
+    committed,
+    gave_up,
+    op_half_offset,
+    op_record,
+    real_destination,
+    to_half,
+)
+from core.config import BrokerSettings
+from core.errors import RemotingError, StoreError
+from core.remoting.codes import RequestCode
+from core.remoting.command import RemotingCommand
+from core.remoting.connection import Connection
+from core.store.message_store import MessageStore, PutResult
+from core.topic_names import TRANS_HALF_TOPIC, TRANS_OP_TOPIC
+from formats.consume_queue import CQEntry
+from formats.errors import RecordError
+from formats.msgid import encode_offset_msg_id
+from formats.properties import UNIQ_KEY
+from formats.record import MessageRecord, encode_record
+from formats.sysflag import TRANSACTION_COMMIT, transaction_type
+
+log = logging.getLogger(__name__)
+
+PROGRESS_FILE = "transaction.json"
+READ_BATCH = 256
+CHECK_TICK_S = 1.0  # how often the check loop looks at the table (checks themselves are spaced by the settings)
+
+ProducerConnections = Callable[[str], list[object]]
+
+
+class TransactionDecisionError(Exception):
+    """END_TRANSACTION names no open half (or the wrong group); the message says which."""
+
+
+@dataclass
+class TransactionStatistics:
+    opened: int = 0
+    committed: int = 0
+    rolled_back: int = 0
+    checks_sent: int = 0
+    given_up: int = 0
+    recovered_commits: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    """One CHECK_TRANSACTION_STATE to send."""
+
+    connection: object
+    command: RemotingCommand
+
+
+class TransactionService:
+    def __init__(self, store: MessageStore, config_dir: Path, settings: BrokerSettings, store_host: tuple[str, int],
+                 producers: ProducerConnections, schedule_hold: Callable[[MessageRecord], MessageRecord]) -> None:
+        self.store = store
+        self.path = config_dir / PROGRESS_FILE
+        self.settings = settings
+        self.store_host = store_host
+        self.producers = producers
+        self.schedule_hold = schedule_hold  # a committed message may still ask for a delay level
+        self.table = HalfTable()
+        self.stats = TransactionStatistics()
+        self._saved_low: int | None = None
+        self._rebuild()
+
+    # ------------------------------------------------------------------ opening and deciding
+
+    def half_of(self, rec: MessageRecord) -> MessageRecord:
+        """What to store for a half sent as ``rec``."""
+        return to_half(rec)
+
+    def opened(self, half: MessageRecord, result: PutResult) -> None:
+        """A half was stored: it waits for its decision from now."""
+        self.table.add(half, result.queue_offset, result.phys_offset, result.store_timestamp,
+                       self.settings.transaction_timeout_ms)
+        self.stats.opened += 1
+
+    def decide(self, queue_offset: int, phys_offset: int, group: str, commit: bool) -> PutResult | None:
+        """Apply a producer's decision; returns where a committed message went (``None`` for a
+        rollback). Raises :class:`TransactionDecisionError` when no such half is open, and
+        StoreError when the store refuses (the half then stays open)."""
+        entry = self.table.find(queue_offset, phys_offset)
+        if entry is None:
+            raise TransactionDecisionError(
+                f"no open transaction half at tranStateTableOffset {queue_offset}, commitLogOffset {phys_offset} "
+                "(decided already, or not a half)")
+        if group and entry.group and group != entry.group:
+            raise TransactionDecisionError(f"The producer group wrong: the half belongs to {entry.group}, not {group}")
+        result = None
+        if commit:
+            half = self._read(entry)
+            if half is None:
+                raise TransactionDecisionError(f"the half at commitLogOffset {phys_offset} cannot be read")
+            if not (entry.recovered and self._commit_stored(entry, half)):
+                final = committed(half, self.store_host)
+                if final is None:
+                    raise TransactionDecisionError(f"the half at commitLogOffset {phys_offset} lacks REAL_TOPIC/REAL_QID")
+                result = self.store.put(self.schedule_hold(final))
+                entry.recovered = True  # should the op record fail now, a retry must not store it twice
+        self._close(entry)
+        if commit:
+            self.stats.committed += 1
+        else:
+            self.stats.rolled_back += 1
+        return result
+
+    def _close(self, entry: OpenHalf) -> None:
+        self.store.put(op_record(entry.queue_offset, _now_ms(), self.store_host))
+        self.table.decide(entry.queue_offset)
+
+    def _read(self, entry: OpenHalf) -> MessageRecord | None:
+        try:
+            return self.store.read_record(entry.phys_offset)
+        except (KeyError, RecordError) as exc:
+            log.warning("transactions: cannot read the half at %d (%s)", entry.phys_offset, exc)
+            return None
+
+    def _commit_stored(self, entry: OpenHalf, half: MessageRecord) -> bool:
+        """Whether the commit of ``half`` is in its real topic already (a crash lost its op)."""
+        where, uniq = real_destination(half), half.properties.get(UNIQ_KEY)
+        if where is None or not uniq:
+            return False
+        copies = self.store.query_by_key(where[0], uniq, limit=8, begin_ts=entry.stored_ms - 1000)
+        return any(c.prepared_tx_offset == entry.phys_offset and transaction_type(c.sysflag) == TRANSACTION_COMMIT
+                   for c in copies)
+
+    # ------------------------------------------------------------------ checks
+
+    def due_checks(self, now_ms: int) -> list[CheckRequest]:
+        """The checks to send at ``now_ms``; closes halves that used up their checks (and
+        recovered ones whose commit turns out to be stored). StoreError propagates."""
+        out = []
+        interval = self.settings.transaction_check_interval_ms
+        for entry in self.table.due(now_ms):
+            half = self._read(entry)
+            if half is None:  # its segment is gone (retention): nothing left to decide
+                self.table.decide(entry.queue_offset)
+                continue
+            if entry.recovered:
+                if self._commit_stored(entry, half):
+                    self._close(entry)
+                    self.stats.recovered_commits += 1
+                    continue
+                entry.recovered = False
+            if entry.checks >= self.settings.transaction_check_max:
+                log.warning("transactions: half %s of group %s undecided after %d checks; moved to the check-max topic",
+                            half.uniq_key, entry.group, entry.checks)
+                self.store.put(gave_up(half, self.store_host))
+                self._close(entry)
+                self.stats.given_up += 1
+                continue
+            connections = self.producers(entry.group)
+            if not connections:
+                entry.next_check_ms = now_ms + interval  # not counted: nobody could be asked
+                continue
+            connection = connections[entry.checks % len(connections)]
+            self.table.checked(entry, now_ms, interval)
+            out.append(CheckRequest(connection, self._check_command(entry, half)))
+        return out
+
+    def _check_command(self, entry: OpenHalf, half: MessageRecord) -> RemotingCommand:
+        where = real_destination(half) or (half.topic, half.queue_id)
+        shown = replace(half, topic=where[0], queue_id=where[1], properties_text=None)
+        uniq = half.properties.get(UNIQ_KEY, "")
+        host, port = half.store_host
+        return RemotingCommand(code=RequestCode.CHECK_TRANSACTION_STATE, language="JAVA", ext_fields={
+            "tranStateTableOffset": str(entry.queue_offset), "commitLogOffset": str(entry.phys_offset),
+            "msgId": uniq, "transactionId": uniq, "offsetMsgId": encode_offset_msg_id(host, port, entry.phys_offset),
+        }, body=bytes(encode_record(shown)))
+
+    async def run(self) -> None:
+        """Send checks as halves fall due; saves the rebuild point now and then and on exit."""
+        try:
+            while True:
+                try:
+                    requests = self.due_checks(_now_ms())
+                except StoreError as exc:
+                    log.warning("transactions: the store refused a write during checks (%s); retrying", exc)
+                    requests = []
+                for request in requests:
+                    await self._send_check(request)
+                self.save()
+                await trio.sleep(min(CHECK_TICK_S, self.settings.transaction_check_interval_ms / 1000))
+        finally:
+            self.save()
+
+    async def _send_check(self, request: CheckRequest) -> None:
+        conn = request.connection
+        if not isinstance(conn, Connection) or conn.closed.is_set():
+            return
+        try:
+            with trio.move_on_after(3):
+                await conn.oneway(request.command)
+                self.stats.checks_sent += 1
+        except RemotingError as exc:
+            log.debug("transactions: check to %s failed: %s", conn.remote, exc)
+
+    # ------------------------------------------------------------------ restart
+
+    def save(self) -> None:
+        """Write the lowest open half's offset (only when it moved)."""
+        low = self.table.low_water(self.store.max_queue_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID))
+        if low != self._saved_low:
+            save_json(self.path, {"halfOffset": low})
+            self._saved_low = low
+
+    def _rebuild(self) -> None:
+        doc = load_json(self.path) or {}
+        low = max(int(doc.get("halfOffset", 0)), self.store.min_queue_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID))
+        decided = set()
+        for _, entry in self._entries(TRANS_OP_TOPIC):
+            try:
+                half_offset = op_half_offset(self.store.read_record(entry.phys_offset))
+            except (KeyError, RecordError):
+                continue
+            if half_offset is not None and half_offset >= low:
+                decided.add(half_offset)
+        for queue_offset, entry in self._entries(TRANS_HALF_TOPIC, low):
+            if queue_offset in decided:
+                continue
+            try:
+                half = self.store.read_record(entry.phys_offset)
+            except (KeyError, RecordError):
+                continue
+            self.table.add(half, queue_offset, entry.phys_offset, half.store_timestamp,
+                           self.settings.transaction_timeout_ms, recovered=True)
+        self._saved_low = low
+        if self.table.open:
+            log.info("transactions: %d halves still open after the restart", len(self.table.open))
+
+    def _entries(self, topic: str, start: int = 0) -> Iterator[tuple[int, CQEntry]]:
+        offset = max(start, self.store.min_queue_offset(topic, HALF_QUEUE_ID))
+        while True:
+            entries = self.store.queue_entries(topic, HALF_QUEUE_ID, offset, READ_BATCH)
+            if not entries:
+                return
+            for queue_offset, entry in entries:
+                if not entry.is_padding:
+                    yield queue_offset, entry
+                offset = queue_offset + 1
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
