@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import trio
 
@@ -52,6 +53,18 @@ class SendResult(NamedTuple):
     offset_msg_id: str
     queue: MessageQueue
     queue_offset: int
+
+
+QueueSelector = Callable[[list[MessageQueue], "Message", Any], MessageQueue]
+
+
+def select_by_hash(queues: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    """The selector most orderly producers want: the same ``arg`` (an order id, a user id)
+    always picks the same queue (RocketMQ's SelectMessageQueueByHash, with a hash that does not
+    change between processes for str and bytes keys)."""
+    key = arg.encode() if isinstance(arg, str) else arg
+    digest = zlib.crc32(key) if isinstance(key, bytes) else hash(key)
+    return queues[digest % len(queues)]
 
 
 class SendError(ClientError):
@@ -223,6 +236,21 @@ class Producer:
 
         self.runtime.nursery.start_soon(run)
 
+    async def send_orderly(self, msg: Message, selector: QueueSelector, arg: Any = None) -> SendResult:
+        """Send to the queue ``selector(queues, msg, arg)`` picks from the topic's writable
+        queues (RocketMQ's MessageQueueSelector): messages that pick the same queue are stored,
+        and consumed by an orderly consumer, in the order they were sent. Retries stay on that
+        queue; there is no other queue to go to without breaking the order."""
+        route, _ = await self._route(msg.topic)
+        queues = list(route.write_queues)
+        if not queues:
+            raise SendError(f"No route info of this topic: {msg.topic}")
+        queue = selector(queues, msg, arg)
+        if queue not in queues:
+            raise ClientError(f"the selector chose {queue}, which is not a writable queue of {msg.topic}")
+        body, sysflag = self._body(msg.body)
+        return await self._send(msg.topic, body, sysflag, msg.flag, self._properties(msg), batch=False, queue=queue)
+
     async def send_oneway(self, msg: Message) -> None:
         """Send without waiting for an answer."""
         body, sysflag = self._body(msg.body)
@@ -313,7 +341,10 @@ class Producer:
         return RemotingCommand(code=code, ext_fields=ext, body=body)
 
     async def _send(self, topic: str, body: bytes, sysflag: int, flag: int, props: dict[str, str], *,
-                    batch: bool) -> SendResult:
+                    batch: bool, queue: MessageQueue | None = None) -> SendResult:
+        """Send with retries within the timeout: on another broker's queue, or on ``queue``
+        alone when one is given."""
+        fixed = queue
         deadline = trio.current_time() + self.timeout_s
         failures: list[str] = []
         avoid: str | None = None
@@ -323,7 +354,7 @@ class Producer:
                 failures.append("send timeout spent")
                 break
             route, default = await self._route(topic)
-            queue = self._pick(topic, route, avoid)
+            queue = fixed or self._pick(topic, route, avoid)
             addr = route.master(queue.broker_name)
             if addr is None:
                 failures.append(f"{queue.broker_name}: no master")
