@@ -45,6 +45,8 @@ def send(
     key: Annotated[list[str] | None, typer.Option("--key", help="A message key (repeatable).")] = None,
     prop: Annotated[list[str] | None, typer.Option("--prop", help="A user property k=v (repeatable).")] = None,
     count: Annotated[int, typer.Option(help="Send the body this many times.")] = 1,
+    delay: Annotated[int, typer.Option(help="Delay level (1 = the first of store.delay_levels); 0 sends now.",
+                                       min=0)] = 0,
     group: Annotated[str, typer.Option(help="Producer group.")] = "mqctl-producer",
     retries: Annotated[int, typer.Option(help="Extra attempts on another queue when a send fails.")] = 2,
     timeout: Annotated[float, typer.Option(help="Seconds for each message, retries included.")] = 3.0,
@@ -60,7 +62,7 @@ def send(
         async with open_client(_namesrv(config)) as client:
             producer = Producer(client, group, retries=retries, timeout_s=timeout)
             for text in bodies:
-                msg = Message(topic, text.encode(), tags=tag, keys=key or (), properties=dict(props))
+                msg = Message(topic, text.encode(), tags=tag, keys=key or (), properties=dict(props), delay_level=delay)
                 try:
                     result = await producer.send(msg)
                 except (SendError, ClientError) as exc:
