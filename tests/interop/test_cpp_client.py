@@ -101,3 +101,60 @@ def test_cpp_orderly_send_and_orderly_consumer_keep_each_keys_order(cluster):
         mine = [g for g in got if g["keys"] == f"key-{key}"]
         assert len({g["queue_id"] for g in mine}) == 1, "one sharding key, one queue"
         assert [int(g["idx"]) for g in mine] == list(range(key, 200, 4)), "consumed in the order sent"
+
+
+def assert_each_once_as_sent(got: list[dict], count: int) -> dict[str, dict]:
+    """Every message 0..count-1 received exactly once with its own body, tag, key and idx."""
+    idxs = sorted(int(g["idx"]) for g in got)
+    assert idxs == list(range(count)), f"received {len(got)} rows, {len(set(idxs))} distinct, of {count}"
+    by_idx = {g["idx"]: g for g in got}
+    for i in range(count):
+        assert {k: by_idx[str(i)][k] for k in ("body", "tags", "keys", "idx")} == expected(i)
+    return by_idx
+
+
+def test_cpp_async_send_acknowledges_every_message_and_each_is_consumed_once(cluster):
+    acks = cluster.cpp("produce-async", cluster.namesrv, "Async", "300", "60")
+    assert [a for a in acks if "error" in a] == [], "no exception callbacks"
+    assert sorted(a["i"] for a in acks) == list(range(300)), "one success callback per message"
+    assert {a["status"] for a in acks} == {0}
+    assert all(a["msg_id"] for a in acks) and len({a["msg_id"] for a in acks}) == 300
+    got = cluster.cpp("consume", cluster.namesrv, "CID_async", "Async", "*", "300", "60")
+    assert_each_once_as_sent(got, 300)
+    by_id = {g["msg_id"]: g for g in got}
+    assert by_id.keys() == {a["msg_id"] for a in acks}
+    for a in acks:  # the acknowledged queue offset is where the message was stored
+        assert by_id[a["msg_id"]]["queue_offset"] == a["offset"]
+
+
+def test_cpp_oneway_send_delivers_every_message(cluster):
+    handed = cluster.cpp("produce-oneway", cluster.namesrv, "Oneway", "300")
+    assert [h["i"] for h in handed] == list(range(300))
+    # no reply to wait on: the consumer waits (60 s at most) until all 300 are in
+    got = cluster.cpp("consume", cluster.namesrv, "CID_oneway", "Oneway", "*", "300", "60")
+    assert_each_once_as_sent(got, 300)
+    assert len({g["msg_id"] for g in got}) == 300
+
+
+def test_cpp_batch_send_stores_each_item_as_its_own_message(cluster):
+    sent = cluster.cpp("produce-batch", cluster.namesrv, "Batched", "200", "10")
+    assert [(s["first"], s["size"], s["status"]) for s in sent] == [(f, 10, 0) for f in range(0, 200, 10)]
+    got = cluster.cpp("consume", cluster.namesrv, "CID_batch", "Batched", "*", "200", "60")
+    by_idx = assert_each_once_as_sent(got, 200)
+    assert len({g["msg_id"] for g in got}) == 200, "each item keeps its own message id"
+    for s in sent:  # a batch lands in one queue, its items at consecutive offsets from the reply's
+        rows = [by_idx[str(i)] for i in range(s["first"], s["first"] + s["size"])]
+        assert len({r["queue_id"] for r in rows}) == 1
+        assert [r["queue_offset"] for r in rows] == list(range(s["offset"], s["offset"] + s["size"]))
+
+
+def test_cpp_broadcasting_consumers_of_one_group_each_get_every_message(cluster):
+    assert cluster.mqctl("topic", "create", "Broadcast", "--queues", "4").returncode == 0
+    rows = cluster.cpp("broadcast", cluster.namesrv, "CID_broadcast", "Broadcast", "200", "60", "2")
+    sent = [r for r in rows if "consumer" not in r]
+    assert [(s["i"], s["status"]) for s in sent] == [(i, 0) for i in range(200)]
+    for n in (0, 1):
+        mine = [r for r in rows if r.get("consumer") == n and r["tags"] != "Warmup"]
+        assert_each_once_as_sent(mine, 200)
+        assert {r["msg_id"] for r in mine} == {s["msg_id"] for s in sent}, f"consumer {n}"
+        assert {r["queue_id"] for r in mine} == {0, 1, 2, 3}, "a broadcasting consumer reads every queue"
