@@ -14,6 +14,7 @@ from mqctl import client_cmds, nodes_cmd
 from mqctl.bench import bench_app
 from mqctl.dump import dump
 from mqctl.errors import CliError
+from mqctl.message_cmd import message_app
 from mqctl.topic_cmd import cluster_app, topic_app
 
 DEFAULT_CONFIG = Path("conf.toml")
@@ -32,6 +33,7 @@ app.command("send")(client_cmds.send)
 app.command("tail")(client_cmds.tail)
 app.add_typer(topic_app, name="topic")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(message_app, name="message")
 app.command("dump")(dump)
 app.add_typer(bench_app, name="bench")
 

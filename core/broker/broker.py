@@ -16,6 +16,7 @@ from core.broker.end_transaction import handle_end_transaction
 from core.broker.long_polling import PullHold
 from core.broker.offsets import ConsumerOffsets
 from core.broker.pull import handle_pull
+from core.broker.query import handle_query_message
 from core.broker.queue_locks import QueueLocks
 from core.broker.schedule import ScheduleService
 from core.broker.send import handle_send
@@ -79,6 +80,7 @@ class Broker:
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topic_config,
             RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
+            RequestCode.QUERY_MESSAGE: handle_query_message,
             admin.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
         }
 
