@@ -12,6 +12,7 @@ import typer
 from core.errors import CoreError
 from mqctl import client_cmds, nodes_cmd
 from mqctl.bench import bench_app
+from mqctl.consumer_cmd import consumer_app
 from mqctl.dump import dump
 from mqctl.errors import CliError
 from mqctl.message_cmd import message_app
@@ -33,6 +34,7 @@ app.command("send")(client_cmds.send)
 app.command("tail")(client_cmds.tail)
 app.add_typer(topic_app, name="topic")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(consumer_app, name="consumer")
 app.add_typer(message_app, name="message")
 app.command("dump")(dump)
 app.add_typer(bench_app, name="bench")

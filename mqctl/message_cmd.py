@@ -22,26 +22,13 @@ from formats.msgid import is_uniq_key
 from formats.record import MessageRecord
 from mqctl.context import load
 from mqctl.errors import CliError
-from mqctl.options import JsonOutput
+from mqctl.options import JsonOutput, parse_time
 from mqctl.output import print_rows
 
 message_app = typer.Typer(help="Messages: look stored messages up.", no_args_is_help=True)
 
 COLUMNS = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "tags", "keys", "store_time", "born_host",
            "reconsume_times", "body_size")
-
-
-def parse_time(text: str, option: str) -> int:
-    """Epoch milliseconds from ``text``: an integer (ms) or an ISO 8601 date/time (local time
-    unless it names a zone)."""
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise CliError(f"{option} takes epoch milliseconds or an ISO 8601 time like 2024-05-01T12:30:00, "
-                       f"not {text!r}") from None
-    return int(when.timestamp() * 1000)  # a naive time is taken as local by timestamp()
 
 
 def _store_time(ms: int) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from core.broker import admin, client_requests
+from core.broker import admin, client_requests, consumer_admin
 from core.broker.clients import ClientRegistry
 from core.broker.end_transaction import handle_end_transaction
 from core.broker.long_polling import PullHold
@@ -82,6 +82,10 @@ class Broker:
             RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
             RequestCode.QUERY_MESSAGE: handle_query_message,
             admin.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
+            RequestCode.GET_CONSUME_STATS: consumer_admin.consume_stats,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: consumer_admin.consumer_connection_list,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: consumer_admin.consumer_running_info,
         }
 
     def bind(self, port: int) -> None:

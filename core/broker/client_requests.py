@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 
 def heartbeat(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    # the sender's language and version, for GET_CONSUMER_CONNECTION_LIST and the body shapes
+    # sent to it (Java peers get fastjson's forms)
+    conn.attributes["language"] = request.language
+    conn.attributes["version"] = request.version
     try:
         doc = orjson.loads(request.body) if request.body else {}
         if not isinstance(doc, dict):

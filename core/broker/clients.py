@@ -124,6 +124,15 @@ class ClientRegistry:
                 return sub
         return None
 
+    def members(self, group: str) -> list[ConsumerClient]:
+        """The group's online consumers, by client id."""
+        members = self.consumers.get(group)
+        return [members.clients[c] for c in sorted(members.clients)] if members else []
+
+    def member(self, group: str, client_id: str) -> ConsumerClient | None:
+        members = self.consumers.get(group)
+        return members.clients.get(client_id) if members else None
+
     def connections(self, group: str) -> list[object]:
         members = self.consumers.get(group)
         return [c.connection for c in members.clients.values()] if members else []

@@ -34,6 +34,10 @@ class ConsumerOffsets:
     def groups_of(self, topic: str) -> list[str]:
         return sorted(k.split("@", 1)[1] for k in self.table if k.split("@", 1)[0] == topic)
 
+    def topics_of(self, group: str) -> list[str]:
+        """The topics ``group`` committed offsets for (RocketMQ's whichTopicByConsumer)."""
+        return sorted(topic for topic, _, g in (k.partition("@") for k in self.table) if g == group)
+
     def for_group(self, group: str) -> dict[str, dict[int, int]]:
         out = {}
         for key, queues in self.table.items():

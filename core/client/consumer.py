@@ -1,10 +1,26 @@
 """Consumers: single pulls, and a push consumer that rebalances queues across its group,
-long-polls each queue, hands messages to a callback in queue order and commits offsets."""
+long-polls each queue, hands messages to a callback in queue order and commits offsets.
+
+The push consumer also answers what brokers ask of it: RESET_CONSUMER_CLIENT_OFFSET (its queues
+jump to the offsets of the body's ``offsetTable``, a list of ``{"topic", "brokerName",
+"queueId", "offset"}`` objects, or fastjson's map keyed by queue objects as a stock broker sends
+it) and GET_CONSUMER_RUNNING_INFO, answered as JSON:
+
+```
+{"properties": {"consumerGroup": ..., "messageModel": "CLUSTERING", ...},   strings, like Java's
+ "subscriptionSet": [{"topic": ..., "subString": ..., ...}],
+ "mqTable": [{"topic": ..., "brokerName": ..., "queueId": ..., "nextPullOffset": ...,
+              "commitOffset": ...}]}                                         -1: nothing committed
+```
+
+(Java's ConsumerRunningInfo keys ``mqTable`` by queue objects, which is not JSON; we list them.)
+"""
 
 from __future__ import annotations
 
 import enum
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -18,6 +34,7 @@ from core.client.runtime import ClientError, ClientRuntime
 from core.errors import RemotingError
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from core.remoting.connection import Reply
 from core.topic_names import RETRY_PREFIX
 from formats.errors import FormatError
 from formats.properties import RETRY_TOPIC
@@ -140,6 +157,32 @@ def allocate_average(queues: list[MessageQueue], members: list[str], me: str) ->
     return [queues[(start + i) % len(queues)] for i in range(max(0, take))]
 
 
+_FASTJSON_QUEUE_KEY = re.compile(rb"(\{[^{}]*\})\s*:\s*(-?\d+)")
+
+
+def _queue_of(doc: dict[str, Any]) -> MessageQueue:
+    return MessageQueue(str(doc["topic"]), str(doc["brokerName"]), int(doc["queueId"]))
+
+
+def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:
+    """The ``offsetTable`` of a ResetOffsetBody; raises ValueError when there is none."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # fastjson's map keyed by queue objects: each {queue}:offset pair
+        pairs = _FASTJSON_QUEUE_KEY.findall(body)
+        if not pairs:
+            raise ValueError("the body holds no offset table") from None
+        try:
+            return {_queue_of(orjson.loads(key)): int(offset) for key, offset in pairs}
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"bad queue in the offset table: {exc}") from None
+    try:
+        return {_queue_of(row): int(row["offset"]) for row in doc["offsetTable"]}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"the body's offsetTable is not a list of queues with offsets: {exc!r}") from None
+
+
 # A handler returns True (all consumed), False (none: RECONSUME_LATER), or how many of the
 # batch, from its start, it consumed (the rest: RECONSUME_LATER).
 Handler = Callable[[list[MessageRecord]], Awaitable[bool | int]]
@@ -174,6 +217,7 @@ class PushConsumer:
         self._scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
+        self._started_ms = 0
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self.subscriptions[topic] = expression or "*"
@@ -198,6 +242,7 @@ class PushConsumer:
         if not self.subscriptions:
             raise ClientError("subscribe to a topic first")
         self.runtime.consumers[self.group] = self
+        self._started_ms = int(time.time() * 1000)
         for topic in self.subscriptions:
             await self.runtime.route(topic)
         await self.runtime.heartbeat_all()
@@ -257,15 +302,23 @@ class PushConsumer:
             return await min_offset(self.runtime, mq)
         return await max_offset(self.runtime, mq)
 
-    async def _pull_loop(self, mq: MessageQueue, scope: trio.CancelScope) -> None:
+    def _advance(self, mq: MessageQueue, scope: trio.CancelScope, offset: int) -> None:
+        """Record the next offset of ``mq`` -- unless the loop owning ``scope`` was replaced (a
+        reset) or dropped (a rebalance) while it was still finishing a step."""
+        if self._loops.get(mq) is scope:
+            self.offsets[mq] = offset
+
+    async def _pull_loop(self, mq: MessageQueue, scope: trio.CancelScope, start_offset: int | None = None) -> None:
         with scope:
             expression = self.subscriptions.get(mq.topic, "*")
-            offset: int | None = None
+            offset = start_offset
+            if offset is not None:
+                self._advance(mq, scope, offset)
             while True:
                 try:
                     if offset is None:
                         offset = await self._start_offset(mq)
-                        self.offsets[mq] = offset
+                        self._advance(mq, scope, offset)
                     result = await pull(self.runtime, self.group, mq, offset, expression=expression,
                                         suspend_ms=SUSPEND_MS, commit_offset=self._committed.get(mq))
                 except (ClientError, RemotingError) as exc:
@@ -279,11 +332,11 @@ class PushConsumer:
                         given_back = await self._send_back(mq, later) if self.give_back else 0
                         if given_back < len(later):  # the broker could not take them: retry here
                             offset = later[given_back].queue_offset
-                            self.offsets[mq] = offset
+                            self._advance(mq, scope, offset)
                             await trio.sleep(RETRY_LOCALLY_S)
                             continue
                 offset = result.next_offset
-                self.offsets[mq] = offset
+                self._advance(mq, scope, offset)
                 if result.status is PullStatus.OFFSET_ILLEGAL:
                     await self._commit(mq)
 
@@ -337,6 +390,58 @@ class PushConsumer:
             await trio.sleep(COMMIT_S)
             for mq in list(self.offsets):
                 await self._commit(mq)
+
+    # ------------------------------------------------------------------ asked by brokers
+
+    async def reset_offsets(self, table: dict[MessageQueue, int]) -> list[MessageQueue]:
+        """Move the queues of ``table`` that we hold to their new offsets: what is being pulled
+        or handled for them is dropped and pulling resumes at the new offset, which is committed
+        at once (so a commit of ours crossing the reset cannot undo it). Returns the queues moved."""
+        moved: list[MessageQueue] = []
+        if self._nursery is None or (self._scope is not None and self._scope.cancel_called):
+            return moved  # not started, or stopping
+        for mq, offset in sorted(table.items()):
+            old = self._loops.get(mq)
+            if old is None:
+                continue  # not ours: the member holding it was told too
+            old.cancel()
+            fresh = trio.CancelScope()
+            self._loops[mq] = fresh
+            self._committed.pop(mq, None)
+            self._nursery.start_soon(self._pull_loop, mq, fresh, offset)
+            self.offsets[mq] = offset
+            moved.append(mq)
+        for mq in moved:
+            await self._commit(mq)
+        log.info("consumer %s reset %s", self.group, {str(mq): table[mq] for mq in moved})
+        return moved
+
+    def reset_from_broker(self, request: RemotingCommand) -> Reply:
+        """RESET_CONSUMER_CLIENT_OFFSET: the broker committed new offsets for the group."""
+        try:
+            table = parse_offset_table(request.body)
+        except ValueError as exc:
+            log.warning("ignoring a RESET_CONSUMER_CLIENT_OFFSET for %s: %s", self.group, exc)
+            return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+
+        async def reset() -> RemotingCommand:
+            await self.reset_offsets(table)
+            return request.reply(ResponseCode.SUCCESS)
+        return reset()
+
+    def running_info(self) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO's answer (see the module docstring)."""
+        heartbeat = self.heartbeat_data()
+        properties = {
+            "consumerGroup": self.group, "clientId": self.runtime.client_id,
+            "messageModel": heartbeat["messageModel"], "consumeType": heartbeat["consumeType"],
+            "consumeFromWhere": heartbeat["consumeFromWhere"], "maxReconsumeTimes": str(self.max_reconsume_times),
+            "giveBack": str(self.give_back).lower(), "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms),
+        }
+        queues = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
+                   "nextPullOffset": self.offsets.get(mq, -1), "commitOffset": self._committed.get(mq, -1)}
+                  for mq in sorted(self._loops)]
+        return {"properties": properties, "subscriptionSet": heartbeat["subscriptionDataSet"], "mqTable": queues}
 
     async def stop(self) -> None:
         """Stop pulling, commit every offset, leave the group."""

@@ -54,6 +54,8 @@ class ClientRuntime:
         # requests brokers send us, by code; producers and consumers register theirs
         self.request_handlers: dict[int, ServerRequestHandler] = {
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._consumer_ids_changed,
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._reset_consumer_offset,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
         }
 
     # ------------------------------------------------------------------ routes
@@ -135,6 +137,20 @@ class ClientRuntime:
         if consumer is not None:
             consumer.rebalance_soon()
         return None
+
+    def _reset_consumer_offset(self, request: RemotingCommand, conn: Connection) -> Reply:
+        group = request.ext_fields.get("group", "")
+        consumer = self.consumers.get(group)
+        if consumer is None:  # a oneway request (as brokers send it) gets no answer
+            return request.reply(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} in client {self.client_id}")
+        return consumer.reset_from_broker(request)
+
+    def _consumer_running_info(self, request: RemotingCommand, conn: Connection) -> Reply:
+        group = request.ext_fields.get("consumerGroup", "")
+        consumer = self.consumers.get(group)
+        if consumer is None:
+            return request.reply(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} in client {self.client_id}")
+        return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(consumer.running_info()))
 
     async def shutdown(self) -> None:
         for consumer in list(self.consumers.values()):

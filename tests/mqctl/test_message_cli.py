@@ -69,4 +69,4 @@ def test_not_found_and_bad_input_are_one_clear_line(cluster):
     missing_uniq = "0" * 31 + "1"
     one_line_error(cluster.mqctl("message", "query", "--id", missing_uniq, "--topic", "Orders"), "no message")
     one_line_error(cluster.mqctl("message", "query", "--key", "K1", "--topic", "Orders", "--begin", "someday"),
-                   "--begin takes epoch milliseconds or an ISO 8601 time")
+                   "--begin takes epoch milliseconds or an ISO-8601 date-time")
