@@ -24,11 +24,14 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 import trio
 
+from core.client.offset_store import LocalOffsetStore, default_offsets_path
+from core.client.queue_locking import LOCK_RENEW_S, HeldLocks, lock_queues, unlock_queues
 from core.client.route import MessageQueue
 from core.client.runtime import ClientError, ClientRuntime
 from core.errors import RemotingError
@@ -49,7 +52,8 @@ PULL_TIMEOUT_S = 30.0
 ERROR_BACKOFF_S = 3.0
 REBALANCE_S = 10.0
 COMMIT_S = 5.0
-RETRY_LOCALLY_S = 1.0  # a message the broker would not take back is offered again after this
+RETRY_LOCALLY_S = 1.0  # a message kept here (suspended, or not taken back) is offered again after this
+LOCK_RETRY_S = 1.0  # an orderly consumer asks again this soon for queues another member still holds
 SYSFLAG_COMMIT, SYSFLAG_SUSPEND, SYSFLAG_SUBSCRIPTION = 1, 2, 4
 
 
@@ -183,29 +187,61 @@ def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:
         raise ValueError(f"the body's offsetTable is not a list of queues with offsets: {exc!r}") from None
 
 
-# A handler returns True (all consumed), False (none: RECONSUME_LATER), or how many of the
-# batch, from its start, it consumed (the rest: RECONSUME_LATER).
+# A handler returns True (all consumed), False (none: RECONSUME_LATER, or for an orderly
+# consumer SUSPEND_CURRENT_QUEUE_A_MOMENT), or how many of the batch, from its start, it consumed.
 Handler = Callable[[list[MessageRecord]], Awaitable[bool | int]]
 
 
-class PushConsumer:
-    """Clustering consumption: queues are shared among the group's members.
+class MessageModel(enum.Enum):
+    CLUSTERING = "CLUSTERING"  # the group's members share the queues; the broker keeps offsets
+    BROADCASTING = "BROADCASTING"  # every member reads every queue and keeps its own offsets
 
-    Messages the handler does not consume (RECONSUME_LATER) are given back to the broker
-    (CONSUMER_SEND_MSG_BACK) and come back later from ``%RETRY%<group>``, which every member
-    also consumes, with their original topic restored; after ``max_reconsume_times`` tries
-    they go to ``%DLQ%<group>``. A message the broker cannot take back is offered again here
-    after a pause, so nothing is skipped. With ``give_back=False`` unconsumed messages stay in
-    their queue instead (its offset does not move) and are offered again after a pause, as an
-    orderly consumer's suspend does: for readers that stop early, such as ``mqctl tail --count``.
+
+class PushConsumer:
+    """A push consumer: clustering (queues shared among the group's members) or broadcasting
+    (every member reads every queue), concurrent or orderly.
+
+    Clustering: messages the handler does not consume (RECONSUME_LATER) are given back to the
+    broker (CONSUMER_SEND_MSG_BACK) and come back later from ``%RETRY%<group>``, which every
+    member also consumes, with their original topic restored; after ``max_reconsume_times``
+    tries they go to ``%DLQ%<group>``. A message the broker cannot take back is offered again
+    here after a pause, so nothing is skipped. With ``give_back=False`` unconsumed messages stay
+    in their queue instead (its offset does not move) and are offered again after a pause: for
+    readers that stop early, such as ``mqctl tail --count``.
+
+    Orderly (``orderly=True``, clustering): a queue is consumed only while this member holds
+    its broker lock (LOCK_BATCH_MQ, renewed every 20 s, released when the queue moves to
+    another member), one batch at a time in queue order. A batch not consumed suspends the
+    queue for ``suspend_s`` and is offered again, its reconsume times counted up; after
+    ``max_reconsume_times`` the first message goes to ``%DLQ%<group>`` and the queue moves on.
+
+    Broadcasting: offsets are kept in a local file (``offsets_path``, by default
+    ``~/.mqctl/offsets/<instance>/<group>/offsets.json``); a message not consumed is offered
+    again after ``suspend_s`` up to ``max_reconsume_times`` times, then skipped with a warning
+    (RocketMQ's broadcasting consumers drop it at once).
     """
 
     def __init__(self, runtime: ClientRuntime, group: str, handler: Handler, *, from_beginning: bool = False,
-                 use_committed: bool = True, max_reconsume_times: int = 16, give_back: bool = True) -> None:
+                 use_committed: bool = True, max_reconsume_times: int = 16, give_back: bool = True,
+                 orderly: bool = False, message_model: MessageModel = MessageModel.CLUSTERING,
+                 offsets_path: Path | None = None, suspend_s: float = RETRY_LOCALLY_S) -> None:
+        if orderly and message_model is MessageModel.BROADCASTING:
+            raise ClientError("an orderly consumer shares queues: it cannot be broadcasting")
         self.runtime = runtime
         self.group = group
         self.max_reconsume_times = max_reconsume_times
-        self.give_back = give_back
+        self.give_back = give_back and not orderly and message_model is MessageModel.CLUSTERING
+        self.orderly = orderly
+        self.message_model = message_model
+        self.broadcasting = message_model is MessageModel.BROADCASTING
+        self.suspend_s = suspend_s
+        self.local_offsets = (LocalOffsetStore(offsets_path or default_offsets_path(
+            runtime.client_id.split("#")[1] if "#" in runtime.client_id else "DEFAULT", group))
+            if self.broadcasting else None)
+        self._locks = HeldLocks()
+        self._consuming: dict[MessageQueue, trio.Lock] = {}  # orderly: held while the handler runs
+        self._attempts: dict[MessageQueue, tuple[int, int]] = {}  # queue -> (offset kept here, tries)
+        self._rebalance_wait_s = REBALANCE_S
         self.handler = handler
         self.from_beginning = from_beginning
         self.use_committed = use_committed
@@ -225,14 +261,20 @@ class PushConsumer:
     def heartbeat_data(self) -> dict[str, Any]:
         version = str(int(time.time() * 1000))
         subs = []
-        for topic, expression in [*self.subscriptions.items(), (RETRY_PREFIX + self.group, "*")]:
+        for topic, expression in self._topics().items():
             tags = [] if expression == "*" else [t.strip() for t in expression.split("||")]
             codes = sorted(subscription_codes(expression) or [])
             subs.append({"topic": topic, "subString": expression, "subVersion": version, "tagsSet": tags,
                          "codeSet": codes, "expressionType": "TAG", "classFilterMode": False})
-        return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": self.message_model.value,
                 "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET" if self.from_beginning else "CONSUME_FROM_LAST_OFFSET",
                 "subscriptionDataSet": subs, "unitMode": False}
+
+    def _topics(self) -> dict[str, str]:
+        """What this consumer reads: its subscriptions, and in clustering mode the group's retry topic."""
+        if self.broadcasting:
+            return dict(self.subscriptions)
+        return {**self.subscriptions, RETRY_PREFIX + self.group: "*"}
 
     def rebalance_soon(self) -> None:
         self._rebalance.set()
@@ -256,35 +298,87 @@ class PushConsumer:
                 self._nursery = nursery
                 task_status.started()
                 nursery.start_soon(self._commit_loop)
+                if self.orderly:
+                    nursery.start_soon(self._renew_locks_loop)
                 while True:
                     try:
                         await self.rebalance()
                     except (ClientError, RemotingError) as exc:
                         log.warning("rebalance of %s failed: %s", self.group, exc)
                     self._started.set()
-                    with trio.move_on_after(REBALANCE_S):
+                    with trio.move_on_after(self._rebalance_wait_s):
                         await self._rebalance.wait()
                     self._rebalance = trio.Event()
 
     async def rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
-        for topic in [*self.subscriptions, RETRY_PREFIX + self.group]:
+        for topic in self._topics():
             route = await self.runtime.route(topic, refresh=True)
             if route is None or not route.read_queues:
                 continue
             queues = sorted(route.read_queues)
+            if self.broadcasting:
+                wanted.update(queues)
+                continue
             members = await self._members(queues[0])
             wanted.update(allocate_average(queues, members, self.runtime.client_id))
         for mq in list(self._loops):
             if mq not in wanted:
-                self._loops.pop(mq).cancel()
-                await self._commit(mq)
-                self.offsets.pop(mq, None)
-        for mq in sorted(wanted - set(self._loops)):
+                await self._drop(mq, unlock=True)
+        new = sorted(wanted - set(self._loops))
+        self._rebalance_wait_s = REBALANCE_S
+        if self.orderly and new:
+            granted = await lock_queues(self.runtime, self.group, new)
+            self._locks.granted(granted, trio.current_time())
+            if len(granted) < len(new):  # another member still holds some: ask again soon
+                self._rebalance_wait_s = LOCK_RETRY_S
+            new = [mq for mq in new if mq in granted]
+        for mq in new:
             assert self._nursery is not None
+            # where to start is settled here, so messages sent once start() returns are seen
+            try:
+                offset: int | None = await self._start_offset(mq)
+            except (ClientError, RemotingError) as exc:
+                log.info("no start offset for %s yet (%s); the pull loop asks again", mq, exc)
+                offset = None
             scope = trio.CancelScope()
             self._loops[mq] = scope
-            self._nursery.start_soon(self._pull_loop, mq, scope)
+            self._nursery.start_soon(self._pull_loop, mq, scope, offset)
+
+    async def _drop(self, mq: MessageQueue, *, unlock: bool) -> None:
+        """Stop consuming ``mq``: its loop ends, its offset is committed, its lock released
+        (unless it was lost anyway)."""
+        scope = self._loops.pop(mq, None)
+        if scope is not None:
+            if self.orderly:  # let a batch being handled finish first (5 s at most)
+                with trio.move_on_after(5):
+                    async with self._consuming.setdefault(mq, trio.Lock()):
+                        scope.cancel()
+            scope.cancel()
+        self._attempts.pop(mq, None)
+        self._locks.drop(mq)
+        # shielded: the caller may be that queue's own loop, just cancelled
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await self._commit(mq)
+            if self.orderly and unlock:
+                await unlock_queues(self.runtime, self.group, [mq])
+        self.offsets.pop(mq, None)
+
+    async def _renew_locks_loop(self) -> None:
+        while True:
+            await trio.sleep(LOCK_RENEW_S)
+            await self._renew_locks()
+
+    async def _renew_locks(self, only: list[MessageQueue] | None = None) -> None:
+        held = only if only is not None else sorted(self._loops)
+        if not held:
+            return
+        granted = await lock_queues(self.runtime, self.group, held)
+        self._locks.granted(granted, trio.current_time())
+        for mq in held:
+            if mq not in granted and not self._locks.fresh(mq, trio.current_time()):
+                log.warning("consumer %s lost the lock of %s; another member consumes it now", self.group, mq)
+                await self._drop(mq, unlock=False)
 
     async def _members(self, mq: MessageQueue) -> list[str]:
         resp = await self.runtime.invoke(await _broker(self.runtime, mq), RemotingCommand(
@@ -294,7 +388,11 @@ class PushConsumer:
         return sorted(orjson.loads(resp.body).get("consumerIdList", []))
 
     async def _start_offset(self, mq: MessageQueue) -> int:
-        if self.use_committed:
+        if self.local_offsets is not None:
+            kept = self.local_offsets.get(mq) if self.use_committed else None
+            if kept is not None and kept >= 0:
+                return kept
+        elif self.use_committed:
             committed = await committed_offset(self.runtime, self.group, mq)
             if committed is not None and committed >= 0:
                 return committed
@@ -320,27 +418,68 @@ class PushConsumer:
                         offset = await self._start_offset(mq)
                         self._advance(mq, scope, offset)
                     result = await pull(self.runtime, self.group, mq, offset, expression=expression,
-                                        suspend_ms=SUSPEND_MS, commit_offset=self._committed.get(mq))
+                                        suspend_ms=SUSPEND_MS,
+                                        commit_offset=None if self.broadcasting else self._committed.get(mq))
                 except (ClientError, RemotingError) as exc:
                     log.info("pull %s failed: %s; retrying in %.0fs", mq, exc, ERROR_BACKOFF_S)
                     await trio.sleep(ERROR_BACKOFF_S)
                     continue
                 if result.messages:
-                    consumed = await self._deliver(result.messages)
+                    if self.orderly and not await self._still_locked(mq):
+                        return  # another member has the queue now; _drop ended this loop's turn
+                    if self.orderly:
+                        async with self._consuming.setdefault(mq, trio.Lock()):
+                            consumed = await self._deliver(self._with_local_tries(mq, result.messages))
+                    else:
+                        consumed = await self._deliver(self._with_local_tries(mq, result.messages))
                     if consumed is not True:
                         later = result.messages[int(consumed):]
-                        given_back = await self._send_back(mq, later) if self.give_back else 0
-                        if given_back < len(later):  # the broker could not take them: retry here
-                            offset = later[given_back].queue_offset
+                        dealt = await self._not_consumed(mq, later)
+                        if dealt < len(later):  # kept here: offered again after a pause
+                            offset = later[dealt].queue_offset
                             self._advance(mq, scope, offset)
-                            await trio.sleep(RETRY_LOCALLY_S)
+                            await trio.sleep(self.suspend_s)
                             continue
                 offset = result.next_offset
                 self._advance(mq, scope, offset)
                 if result.status is PullStatus.OFFSET_ILLEGAL:
                     await self._commit(mq)
 
-    async def _send_back(self, mq: MessageQueue, messages: list[MessageRecord]) -> int:
+    async def _still_locked(self, mq: MessageQueue) -> bool:
+        """Whether this member may consume ``mq`` now (renewing a lock that went stale)."""
+        if self._locks.fresh(mq, trio.current_time()):
+            return True
+        await self._renew_locks([mq])
+        return self._locks.fresh(mq, trio.current_time())
+
+    def _with_local_tries(self, mq: MessageQueue, messages: list[MessageRecord]) -> list[MessageRecord]:
+        """Messages offered again here show how often they were (RocketMQ's orderly consumer
+        counts its suspends in the reconsume times)."""
+        kept = self._attempts.get(mq)
+        if kept is not None and messages[0].queue_offset == kept[0]:
+            messages[0].reconsume_times += kept[1]
+        return messages
+
+    async def _not_consumed(self, mq: MessageQueue, later: list[MessageRecord]) -> int:
+        """Deal with messages the handler did not consume; returns how many, from the start,
+        are settled (given back, dead-lettered, skipped); the rest stay here."""
+        if self.give_back:
+            return await self._send_back(mq, later)
+        if not (self.orderly or self.broadcasting):
+            return 0  # give_back=False: kept in the queue for as long as it takes
+        first = later[0]
+        offset, tries = self._attempts.get(mq, (first.queue_offset, 0))
+        tries = tries + 1 if offset == first.queue_offset else 1
+        if tries < self.max_reconsume_times:
+            self._attempts[mq] = (first.queue_offset, tries)
+            return 0
+        self._attempts.pop(mq, None)
+        if self.broadcasting:
+            log.warning("consumer %s skips %s@%d after %d tries", self.group, mq, first.queue_offset, tries)
+            return 1
+        return await self._send_back(mq, [first], dead_letter=True)
+
+    async def _send_back(self, mq: MessageQueue, messages: list[MessageRecord], *, dead_letter: bool = False) -> int:
         """Give ``messages`` back for a later retry; returns how many the broker took, in order."""
         try:
             addr = await _broker(self.runtime, mq)
@@ -348,7 +487,7 @@ class PushConsumer:
             return 0
         for i, rec in enumerate(messages):
             cmd = RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields={
-                "group": self.group, "offset": str(rec.phys_offset), "delayLevel": "0",
+                "group": self.group, "offset": str(rec.phys_offset), "delayLevel": "-1" if dead_letter else "0",
                 "originMsgId": rec.uniq_key or "", "originTopic": rec.topic, "unitMode": "false",
                 "maxReconsumeTimes": str(self.max_reconsume_times)})
             try:
@@ -379,6 +518,10 @@ class PushConsumer:
         offset = self.offsets.get(mq)
         if offset is None or self._committed.get(mq) == offset:
             return
+        if self.local_offsets is not None:  # broadcasting: ours alone (saved by the commit loop)
+            self.local_offsets.update(mq, offset)
+            self._committed[mq] = offset
+            return
         try:
             await commit_offset(self.runtime, self.group, mq, offset)
             self._committed[mq] = offset
@@ -390,6 +533,14 @@ class PushConsumer:
             await trio.sleep(COMMIT_S)
             for mq in list(self.offsets):
                 await self._commit(mq)
+            self._save_local_offsets()
+
+    def _save_local_offsets(self) -> None:
+        if self.local_offsets is not None:
+            try:
+                self.local_offsets.save()
+            except OSError as exc:
+                log.warning("saving %s failed: %s", self.local_offsets.path, exc)
 
     # ------------------------------------------------------------------ asked by brokers
 
@@ -436,7 +587,7 @@ class PushConsumer:
             "consumerGroup": self.group, "clientId": self.runtime.client_id,
             "messageModel": heartbeat["messageModel"], "consumeType": heartbeat["consumeType"],
             "consumeFromWhere": heartbeat["consumeFromWhere"], "maxReconsumeTimes": str(self.max_reconsume_times),
-            "giveBack": str(self.give_back).lower(), "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms),
+            "giveBack": str(self.give_back).lower(), "consumeOrderly": str(self.orderly).lower(), "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms),
         }
         queues = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
                    "nextPullOffset": self.offsets.get(mq, -1), "commitOffset": self._committed.get(mq, -1)}
@@ -449,6 +600,9 @@ class PushConsumer:
             self._scope.cancel()
         for mq in list(self.offsets):
             await self._commit(mq)
+        self._save_local_offsets()
+        if self.orderly and self._loops:
+            await unlock_queues(self.runtime, self.group, sorted(self._loops))
         self.runtime.consumers.pop(self.group, None)
         for addr in sorted(self.runtime.broker_addresses()):
             try:
