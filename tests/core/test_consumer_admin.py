@@ -17,16 +17,7 @@ from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from formats.record import decode_records
-from tests.core.cluster_harness import start_cluster
-from tests.core.test_broker import pull_cmd, send_cmd
-
-
-@pytest.fixture
-async def broker(nursery, tmp_path):
-    cluster = await start_cluster(nursery, tmp_path)
-    running = await cluster.start_broker()
-    async with open_remoting_client() as client:
-        yield client, running.address, cluster
+from tests.core.test_broker import broker, pull_cmd, send_cmd  # noqa: F401 (broker: the fixture)
 
 
 def stats_cmd(group: str, **extra: str) -> RemotingCommand:
@@ -66,7 +57,7 @@ async def send_spaced(client, addr: str, topic: str, count: int) -> list:
     return recs
 
 
-async def test_consume_stats_report_offsets_and_the_last_consumed_time(broker):
+async def test_consume_stats_report_offsets_and_the_last_consumed_time(broker):  # noqa: F811
     client, addr, _ = broker
     recs = await send_spaced(client, addr, "Stats", 3)
     await client.invoke(addr, commit_cmd("SG", "Stats", 0, 2))
@@ -89,7 +80,7 @@ async def test_consume_stats_report_offsets_and_the_last_consumed_time(broker):
     assert missing.code == ResponseCode.SYSTEM_ERROR and "consumerGroup" in missing.remark
 
 
-async def test_reset_offset_by_time_to_the_end_and_back_without_force(broker):
+async def test_reset_offset_by_time_to_the_end_and_back_without_force(broker):  # noqa: F811
     client, addr, _ = broker
     recs = await send_spaced(client, addr, "Reset", 3)
     unknown = await client.invoke(addr, reset_cmd("RG", "Reset", 0))
@@ -109,7 +100,7 @@ async def test_reset_offset_by_time_to_the_end_and_back_without_force(broker):
     assert bad.code == ResponseCode.SYSTEM_ERROR and "-1" in bad.remark
 
 
-async def test_consumer_connection_list_names_members_their_language_and_subscriptions(broker):
+async def test_consumer_connection_list_names_members_their_language_and_subscriptions(broker):  # noqa: F811
     client, addr, _ = broker
     offline = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_CONSUMER_CONNECTION_LIST,
                                                         ext_fields={"consumerGroup": "LG"}))
@@ -141,7 +132,7 @@ class Recorder:
             self.arrived.set()
 
 
-async def test_a_java_member_is_told_of_a_reset_in_the_fastjson_form(broker):
+async def test_a_java_member_is_told_of_a_reset_in_the_fastjson_form(broker):  # noqa: F811
     _, addr, _ = broker
     recorder = Recorder()
     async with open_remoting_client(recorder) as member:
@@ -162,7 +153,7 @@ async def test_a_java_member_is_told_of_a_reset_in_the_fastjson_form(broker):
         parse_offset_table(b'{"offsetTable":{"J":1}}')
 
 
-async def test_running_info_of_an_unknown_client_and_a_relayed_refusal(broker):
+async def test_running_info_of_an_unknown_client_and_a_relayed_refusal(broker):  # noqa: F811
     client, addr, _ = broker
     absent = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields={
         "consumerGroup": "IG", "clientId": "nobody", "jstackEnable": "false"}))
@@ -174,7 +165,7 @@ async def test_running_info_of_an_unknown_client_and_a_relayed_refusal(broker):
     assert relayed.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "307" in relayed.remark
 
 
-async def test_a_running_push_consumer_jumps_back_on_reset_and_reports_running_info(broker):
+async def test_a_running_push_consumer_jumps_back_on_reset_and_reports_running_info(broker):  # noqa: F811
     admin, addr, cluster = broker
     seen: list[bytes] = []
     changed = trio.Event()
