@@ -44,9 +44,10 @@ async def test_a_selector_must_pick_one_of_the_topics_queues(cluster):
             await producer.send_orderly(Message("Picky", b"x"), lambda qs, m, a: MessageQueue("Picky", "nope", 0))
 
 
-async def send_keyed(producer, topic, count, keys=4):
-    for i in range(count):
-        await producer.send_orderly(Message(topic, f"{i % keys}:{i}".encode()), select_by_hash, str(i % keys))
+async def send_keyed(producer, topic, numbers, keys=4):
+    """Key k of message i is i % keys, and key k goes to queue k."""
+    for i in numbers:
+        await producer.send_orderly(Message(topic, f"{i % keys}:{i}".encode()), lambda qs, m, k: qs[k], i % keys)
 
 
 async def test_orderly_members_never_share_a_queue_and_each_key_keeps_its_order(cluster):
@@ -73,18 +74,24 @@ async def test_orderly_members_never_share_a_queue_and_each_key_keeps_its_order(
 
     async with open_client(cluster.namesrv, instance="a") as client_a, \
             open_client(cluster.namesrv, instance="b") as client_b:
-        await send_keyed(Producer(client_a, "OPG"), "Ord", 200)
+        producer = Producer(client_a, "OPG")
+        await send_keyed(producer, "Ord", range(200))
         first = PushConsumer(client_a, "OCG", handler_for("a"), from_beginning=True, orderly=True)
         first.subscribe("Ord")
         await first.start()
         with trio.fail_after(10):
             while by_member["a"] < 20:
                 await trio.sleep(0.01)
+        # a second member joins while the first is busy: half the queues change hands
         second = PushConsumer(client_b, "OCG", handler_for("b"), from_beginning=True, orderly=True)
         second.subscribe("Ord")
         await second.start()
         with trio.fail_after(30):
-            while sum(len(set(v)) for v in seen.values()) < 200:
+            while len(second._loops) < 2:
+                await trio.sleep(0.02)
+        await send_keyed(producer, "Ord", range(200, 240))
+        with trio.fail_after(30):
+            while sum(len(set(v)) for v in seen.values()) < 240:
                 await trio.sleep(0.02)
         await second.stop()
         await first.stop()
@@ -92,7 +99,7 @@ async def test_orderly_members_never_share_a_queue_and_each_key_keeps_its_order(
     assert by_member["b"] > 0, "the second member took queues over from the first"
     for key, order in seen.items():
         firsts = list(dict.fromkeys(order))  # a queue handed over may repeat what was not committed
-        assert firsts == sorted(firsts) and len(firsts) == 50, key
+        assert firsts == sorted(firsts) and len(firsts) == 60, key
 
 
 async def test_orderly_suspends_a_queue_then_dead_letters_after_max_tries(cluster):
