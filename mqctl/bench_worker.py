@@ -13,8 +13,8 @@ from typing import Any
 
 import trio
 
-from core.client.consumer import PullStatus, max_offset, pull
 from core.client.producer import Message, Producer
+from core.client.pull import PullStatus, max_offset, pull
 from core.client.runtime import open_client
 
 SAMPLE_MAX = 20_000

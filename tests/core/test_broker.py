@@ -218,8 +218,8 @@ async def test_offsets_heartbeat_consumer_list_and_persistence(nursery, tmp_path
 
 
 async def test_client_library_send_modes_batches_and_compression(broker):
-    from core.client.consumer import pull
     from core.client.producer import Message, Producer
+    from core.client.pull import pull
     from core.client.route import MessageQueue
 
     _, addr, cluster = broker

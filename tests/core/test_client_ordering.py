@@ -4,8 +4,9 @@ suspend and retry)."""
 import pytest
 import trio
 
-from core.client.consumer import PushConsumer, pull
+from core.client.consumer import PushConsumer
 from core.client.producer import Message, Producer, select_by_hash
+from core.client.pull import pull
 from core.client.route import MessageQueue
 from core.client.runtime import ClientError, open_client
 from tests.core.cluster_harness import start_cluster

@@ -8,8 +8,8 @@ import trio
 
 from core.broker.transaction_service import TransactionDecisionError, TransactionService
 from core.broker.transactions import HalfTable, committed, is_half, to_half
-from core.client.consumer import PullStatus, pull
 from core.client.producer import Message
+from core.client.pull import PullStatus, pull
 from core.client.route import MessageQueue
 from core.client.runtime import open_client
 from core.client.transaction_producer import TransactionProducer, TransactionState
