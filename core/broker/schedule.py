@@ -170,9 +170,7 @@ class ScheduleService:
         uniq = real.properties.get(UNIQ_KEY)
         if not uniq:
             return False
-        # the index keeps times to the second: look a second early, then compare exactly
-        copies = self.store.query_by_key(real.topic, uniq, limit=8, begin_ts=scheduled_at_ms - 1000)
-        return any(c.store_timestamp >= scheduled_at_ms and c.queue_id == real.queue_id for c in copies)
+        return any(c.queue_id == real.queue_id for c in self.store.copies_since(real.topic, uniq, scheduled_at_ms))
 
     def save(self) -> None:
         """Write the progress of every level (only when it changed)."""

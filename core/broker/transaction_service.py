@@ -18,7 +18,6 @@ committed copy (same UNIQ_KEY, PREPARED TRANSACTION OFFSET = the half) and not s
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,6 +42,7 @@ from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
 from core.store.message_store import MessageStore, PutResult
+from core.store.message_store import now_ms as wall_clock_ms
 from core.topic_names import TRANS_HALF_TOPIC, TRANS_OP_TOPIC
 from formats.consume_queue import CQEntry
 from formats.errors import RecordError
@@ -138,7 +138,7 @@ class TransactionService:
         return result
 
     def _close(self, entry: OpenHalf) -> None:
-        self.store.put(op_record(entry.queue_offset, _now_ms(), self.store_host))
+        self.store.put(op_record(entry.queue_offset, wall_clock_ms(), self.store_host))
         self.table.decide(entry.queue_offset)
 
     def _read(self, entry: OpenHalf) -> MessageRecord | None:
@@ -153,9 +153,8 @@ class TransactionService:
         where, uniq = real_destination(half), half.properties.get(UNIQ_KEY)
         if where is None or not uniq:
             return False
-        copies = self.store.query_by_key(where[0], uniq, limit=8, begin_ts=entry.stored_ms - 1000)
         return any(c.prepared_tx_offset == entry.phys_offset and transaction_type(c.sysflag) == TRANSACTION_COMMIT
-                   for c in copies)
+                   for c in self.store.copies_since(where[0], uniq, entry.stored_ms))
 
     # ------------------------------------------------------------------ checks
 
@@ -206,7 +205,7 @@ class TransactionService:
         try:
             while True:
                 try:
-                    requests = self.due_checks(_now_ms())
+                    requests = self.due_checks(wall_clock_ms())
                 except StoreError as exc:
                     log.warning("transactions: the store refused a write during checks (%s); retrying", exc)
                     requests = []
@@ -272,6 +271,3 @@ class TransactionService:
                     yield queue_offset, entry
                 offset = queue_offset + 1
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000

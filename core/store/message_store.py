@@ -458,6 +458,13 @@ class MessageStore:
                 break
         return out
 
+    def copies_since(self, topic: str, uniq_key: str, since_ms: int, limit: int = 8) -> list[MessageRecord]:
+        """Records of ``topic`` with this UNIQ_KEY stored at or after ``since_ms``: how the
+        schedule and transaction services tell whether a crash lost the note of a put they made."""
+        # the index keeps times to the second: look a second early, then compare exactly
+        copies = self.query_by_key(topic, uniq_key, limit=limit, begin_ts=since_ms - 1000)
+        return [c for c in copies if c.store_timestamp >= since_ms]
+
     # ---------------------------------------------------------------- background work
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
