@@ -11,20 +11,13 @@ import trio
 import typer
 
 from core.client.consumer import PushConsumer
+from core.client.lookup import offset_msg_id
 from core.client.producer import Message, Producer, SendError
 from core.client.runtime import ClientError, open_client
-from core.config import Config
-from formats.msgid import encode_offset_msg_id
 from formats.record import MessageRecord
-from mqctl.context import load
+from mqctl.context import load, namesrv_addresses
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput
-
-
-def _namesrv(config: Config) -> list[str]:
-    if not config.nameservers:
-        raise CliError(f"{config.source} lists no name servers")
-    return config.namesrv_addresses
 
 
 def _parse_props(props: list[str]) -> dict[str, str]:
@@ -59,7 +52,7 @@ def send(
 
     async def run() -> int:
         failed = 0
-        async with open_client(_namesrv(config)) as client:
+        async with open_client(namesrv_addresses(config)) as client:
             producer = Producer(client, group, retries=retries, timeout_s=timeout)
             for text in bodies:
                 msg = Message(topic, text.encode(), tags=tag, keys=key or (), properties=dict(props), delay_level=delay)
@@ -89,7 +82,7 @@ def _row(rec: MessageRecord) -> dict[str, Any]:
     except Exception as exc:  # an undecodable body still gets a line
         body = f"<{exc}>"
     return {"topic": rec.topic, "queue_id": rec.queue_id, "queue_offset": rec.queue_offset, "tags": rec.tags,
-            "keys": rec.keys, "msg_id": rec.uniq_key or encode_offset_msg_id(*rec.store_host, rec.phys_offset),
+            "keys": rec.keys, "msg_id": rec.uniq_key or offset_msg_id(rec),
             "born_timestamp": rec.born_timestamp, "store_timestamp": rec.store_timestamp,
             "properties": rec.properties, "body": body}
 
@@ -135,7 +128,7 @@ def tail(
 
         private = group is None
         name = group or f"mqctl-tail-{trio.lowlevel.current_root_task().__hash__() & 0xFFFFFF:x}"
-        async with open_client(_namesrv(config)) as client:
+        async with open_client(namesrv_addresses(config)) as client:
             route = await client.route(topic)
             if route is None:
                 raise CliError(f"topic {topic} does not exist (no route on the name servers)")

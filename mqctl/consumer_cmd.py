@@ -18,7 +18,7 @@ from core.remoting.client import RemotingClient, open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from mqctl import probe
-from mqctl.context import load
+from mqctl.context import load, namesrv_addresses
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput, parse_time
 from mqctl.output import print_rows
@@ -31,15 +31,9 @@ TO_END = -1  # ... and the max offset of each queue
 T = TypeVar("T")
 
 
-def _namesrv(config: Config) -> list[str]:
-    if not config.nameservers:
-        raise CliError(f"{config.source} lists no name servers")
-    return config.namesrv_addresses
-
-
 def _masters(config: Config) -> dict[str, str]:
     """Broker name -> master address, from the name servers' cluster info."""
-    info = trio.run(probe.cluster_info, _namesrv(config))
+    info = trio.run(probe.cluster_info, namesrv_addresses(config))
     if info is None:
         raise CliError("no name server answered")
     masters = {name: data["brokerAddrs"]["0"] for name, data in sorted(info.get("brokerAddrTable", {}).items())
@@ -51,17 +45,8 @@ def _masters(config: Config) -> dict[str, str]:
 
 def _topic_masters(config: Config, topic: str) -> dict[str, str]:
     """Broker name -> master address of the brokers serving ``topic``."""
-    async def ask() -> RemotingCommand:
-        errors = []
-        for addr in _namesrv(config):
-            try:
-                return await probe.call(addr, RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                              ext_fields={"topic": topic}))
-            except RemotingError as exc:
-                errors.append(f"{addr}: {exc}")
-        raise CliError("no name server answered: " + "; ".join(errors))
-
-    resp = trio.run(ask)
+    resp = trio.run(probe.ask_namesrv, namesrv_addresses(config),
+                    RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic}))
     if resp.code == ResponseCode.TOPIC_NOT_EXIST:
         raise CliError(f"topic {topic} does not exist (no route on the name servers)")
     if resp.code != ResponseCode.SUCCESS:
@@ -126,6 +111,11 @@ def _body(resp: RemotingCommand) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+def _offset_table(resp: RemotingCommand) -> list[dict[str, Any]] | None:
+    """The ``offsetTable`` of a successful answer (consume stats, reset offsets)."""
+    return _body(resp).get("offsetTable", []) if resp.code == ResponseCode.SUCCESS else None
+
+
 @consumer_app.command("progress")
 def progress(ctx: typer.Context, group: Annotated[str, typer.Argument(help="Consumer group.")],
              as_json: JsonOutput = False) -> None:
@@ -134,10 +124,7 @@ def progress(ctx: typer.Context, group: Annotated[str, typer.Argument(help="Cons
     answers = _ask_each(_masters(config), lambda _: RemotingCommand(
         code=RequestCode.GET_CONSUME_STATS, ext_fields={"consumerGroup": group}))
 
-    def table(resp: RemotingCommand) -> list[dict[str, Any]] | None:
-        return _body(resp).get("offsetTable", []) if resp.code == ResponseCode.SUCCESS else None
-
-    tables = _answered(answers, table, f"no broker answered for consumer group {group}")
+    tables = _answered(answers, _offset_table, f"no broker answered for consumer group {group}")
     rows = [{"topic": q["topic"], "broker": q["brokerName"], "queue_id": q["queueId"],
              "broker_offset": q["brokerOffset"], "consumer_offset": q["consumerOffset"],
              "lag": max(0, q["brokerOffset"] - q["consumerOffset"]), "last_timestamp": q.get("lastTimestamp") or None}
@@ -180,10 +167,7 @@ def reset_offset(
         code=RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
         ext_fields={"topic": topic, "group": group, "timestamp": str(stamp), "isForce": "true"}))
 
-    def table(resp: RemotingCommand) -> list[dict[str, Any]] | None:
-        return _body(resp).get("offsetTable", []) if resp.code == ResponseCode.SUCCESS else None
-
-    tables = _answered(answers, table, f"the offsets of {group} on {topic} were not reset")
+    tables = _answered(answers, _offset_table, f"the offsets of {group} on {topic} were not reset")
     rows = sorted(({"topic": q["topic"], "broker": q["brokerName"], "queue_id": q["queueId"], "offset": q["offset"]}
                    for queues in tables.values() for q in queues),
                   key=lambda r: (r["broker"], r["queue_id"]))

@@ -22,3 +22,10 @@ def load(ctx: typer.Context) -> Config:
         return load_config(config_path(ctx))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+
+
+def namesrv_addresses(config: Config) -> list[str]:
+    """The name servers clients of this cluster ask; a clear error when the file lists none."""
+    if not config.nameservers:
+        raise CliError(f"{config.source} lists no name servers")
+    return config.namesrv_addresses

@@ -20,7 +20,7 @@ from core.client.runtime import ClientError, open_client
 from formats.errors import CompressionError
 from formats.msgid import is_uniq_key
 from formats.record import MessageRecord
-from mqctl.context import load
+from mqctl.context import load, namesrv_addresses
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput, parse_time
 from mqctl.output import print_rows
@@ -89,7 +89,7 @@ def query(
         raise CliError(f"{config.source} lists no name servers")
 
     async def run() -> list[MessageRecord]:
-        async with open_client(config.namesrv_addresses) as client:
+        async with open_client(namesrv_addresses(config)) as client:
             if key is not None:
                 assert topic is not None
                 found = await query_messages(client, topic, key, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms)

@@ -10,6 +10,7 @@ from core.errors import RemotingError
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from mqctl.errors import CliError
 
 GET_BROKER_RUNTIME_INFO = 28
 PROBE_CODE = 0  # no node handles code 0: any answer proves the node serves
@@ -27,6 +28,17 @@ async def serves(address: str, timeout_s: float = 1.0) -> bool:
 async def call(address: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
     async with open_remoting_client(connect_timeout_s=timeout_s) as client:
         return await client.invoke(address, cmd, timeout_s)
+
+
+async def ask_namesrv(namesrv: list[str], cmd: RemotingCommand) -> RemotingCommand:
+    """``cmd``'s answer from the first name server that gives one."""
+    errors = []
+    for addr in namesrv:
+        try:
+            return await call(addr, RemotingCommand(code=cmd.code, ext_fields=dict(cmd.ext_fields)))
+        except RemotingError as exc:
+            errors.append(f"{addr}: {exc}")
+    raise CliError("no name server answered: " + "; ".join(errors))
 
 
 async def cluster_info(namesrv: list[str]) -> dict[str, Any] | None:

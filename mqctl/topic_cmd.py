@@ -9,7 +9,6 @@ import trio
 import typer
 
 from core.client.route import parse_route
-from core.errors import RemotingError
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from mqctl import probe
@@ -20,16 +19,6 @@ from mqctl.output import print_rows
 
 topic_app = typer.Typer(help="Topics: create, list, route.", no_args_is_help=True)
 cluster_app = typer.Typer(help="The brokers the name servers know.", no_args_is_help=True)
-
-
-async def _ask_namesrv(namesrv: list[str], cmd: RemotingCommand) -> RemotingCommand:
-    errors = []
-    for addr in namesrv:
-        try:
-            return await probe.call(addr, RemotingCommand(code=cmd.code, ext_fields=dict(cmd.ext_fields)))
-        except RemotingError as exc:
-            errors.append(f"{addr}: {exc}")
-    raise CliError("no name server answered: " + "; ".join(errors))
 
 
 @topic_app.command("create")
@@ -70,7 +59,7 @@ def create(
 def list_topics(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     """Every topic the name servers route."""
     config = load(ctx)
-    resp = trio.run(_ask_namesrv, config.namesrv_addresses,
+    resp = trio.run(probe.ask_namesrv, config.namesrv_addresses,
                     RemotingCommand(code=RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
     topics = orjson.loads(resp.body).get("topicList", []) if resp.body else []
     print_rows([{"topic": t} for t in sorted(topics)], ("topic",), as_json=as_json)
@@ -80,7 +69,7 @@ def list_topics(ctx: typer.Context, as_json: JsonOutput = False) -> None:
 def route(ctx: typer.Context, topic: Annotated[str, typer.Argument()], as_json: JsonOutput = False) -> None:
     """The brokers and queues serving a topic."""
     config = load(ctx)
-    resp = trio.run(_ask_namesrv, config.namesrv_addresses,
+    resp = trio.run(probe.ask_namesrv, config.namesrv_addresses,
                     RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic}))
     if resp.code != ResponseCode.SUCCESS:
         raise CliError(resp.remark or f"no route for {topic}")
