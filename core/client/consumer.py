@@ -262,11 +262,11 @@ class PushConsumer:
         (unless it was lost anyway)."""
         scope = self._loops.pop(mq, None)
         if scope is not None:
-            if self.orderly:  # let a batch being handled finish first (5 s at most)
+            if self.orderly:  # a batch in the handler finishes first (5 s at most), and no other starts
                 with trio.move_on_after(5):
                     async with self._consuming.setdefault(mq, trio.Lock()):
                         scope.cancel()
-            scope.cancel()
+            scope.cancel()  # done already, unless the handler outlasted the 5 s: then it is stopped
         self._attempts.pop(mq, None)
         self._locks.drop(mq)
         # shielded: the caller may be that queue's own loop, just cancelled

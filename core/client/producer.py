@@ -251,6 +251,13 @@ class Producer:
         body, sysflag = self._body(msg.body)
         return await self._send(msg.topic, body, sysflag, msg.flag, self._properties(msg), batch=False, queue=queue)
 
+    async def send_marked(self, msg: Message, properties: dict[str, str], sysflag: int) -> SendResult:
+        """Send ``msg`` alone (never batched) with extra ``properties`` and ``sysflag`` bits:
+        how a transaction half goes out."""
+        body, body_flag = self._body(msg.body)
+        props = {**self._properties(msg), **properties}
+        return await self._send(msg.topic, body, body_flag | sysflag, msg.flag, props, batch=False)
+
     async def send_oneway(self, msg: Message) -> None:
         """Send without waiting for an answer."""
         body, sysflag = self._body(msg.body)

@@ -94,11 +94,7 @@ class TransactionProducer:
         """Send ``msg`` as a half, run ``local(msg, arg)`` (plain or async) and end the
         transaction with its outcome; an exception in ``local`` leaves it UNKNOWN (the broker
         checks later). Raises SendError when the half could not be sent (``local`` not run)."""
-        body, sysflag = self.producer._body(msg.body)
-        props = self.producer._properties(msg)
-        props[TRAN_MSG] = "true"
-        props[PGROUP] = self.group
-        sent = await self.producer._send(msg.topic, body, sysflag | TRANSACTION_PREPARED, msg.flag, props, batch=False)
+        sent = await self.producer.send_marked(msg, {TRAN_MSG: "true", PGROUP: self.group}, TRANSACTION_PREPARED)
         if sent.status != "SEND_OK":
             raise SendError(f"the half of {sent.msg_id} was stored with {sent.status}; not running the local transaction")
         try:
