@@ -237,7 +237,9 @@ class KeyIndex:
         to the newest file, created here when it is too full)."""
         wanted = self.reserved + count
         if wanted > self._room:
-            self.ensure_room(wanted)  # may raise DiskFullError: nothing reserved then
+            # more than one file holds goes on in files made at dispatch: one fresh file here,
+            # not one per record of a burst
+            self.ensure_room(min(wanted, self.entries - 1))  # may raise DiskFullError: nothing reserved then
             self._room = self.files[-1].room()
         self.reserved = wanted
 
