@@ -26,6 +26,10 @@ class MessageTooLargeError(StoreError):
     """A record larger than the configured maximum, or than a segment can hold."""
 
 
+class ReadOnlyStoreError(StoreError):
+    """A replica's store refuses local writes (they go to its master)."""
+
+
 class StoreClosedError(StoreError):
     """The store was used after it was closed."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.broker.headers import HeaderFieldError
-from core.errors import DiskFullError, MessageTooLargeError, StoreClosedError, StoreError
+from core.errors import DiskFullError, MessageTooLargeError, ReadOnlyStoreError, StoreClosedError, StoreError
 from core.remoting.codes import ResponseCode
 from formats.errors import FormatError
 
@@ -11,6 +11,8 @@ from formats.errors import FormatError
 def response_code(exc: Exception) -> tuple[int, str]:
     """The response code and remark for an error met while handling a request."""
     if isinstance(exc, DiskFullError):
+        return ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}"
+    if isinstance(exc, ReadOnlyStoreError):
         return ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}"
     if isinstance(exc, StoreClosedError):
         return ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now: the store is shutting down"

@@ -21,6 +21,8 @@ from formats.record import (
     PreparedRecord,
     decode_record,
     encode_blank,
+    is_blank,
+    record_size,
     write_record,
 )
 from formats.segments import (
@@ -213,6 +215,93 @@ class CommitLog:
             seg = nxt
         self._tail = seg
         return seg
+
+    def append_replicated(self, offset: int, data: bytes) -> None:
+        """Write bytes that another node's log holds at ``offset`` (a master's, on its slave).
+
+        Both logs use the same segment size, so the files stay byte-identical: ``data`` never
+        spans a segment (a master never sends across one), and ``offset`` is the end of this
+        log, or a segment start when this log is empty (the master chose where to begin).
+        """
+        if not self.files.files and self.write_offset in (0, offset):
+            if offset % self.segment_size:
+                raise ValueError(f"a replica log must begin at a segment start, not at {offset}")
+            self.files.create(offset)
+            self.write_offset = self.flushed_offset = offset
+        if offset != self.write_offset:
+            raise ValueError(f"replicated bytes at {offset}, but this log ends at {self.write_offset}")
+        seg = self.files.find(offset)
+        if seg is None:
+            last = self.files.last
+            if last is None or last.end != offset:
+                raise ValueError(f"no segment can hold offset {offset}")
+            seg = self.files.create(offset)
+        pos = offset - seg.start
+        if pos + len(data) > seg.size:
+            raise ValueError(f"{len(data)} replicated bytes at {offset} run past the segment end {seg.end}")
+        seg.write(pos, data)
+        self.write_offset = offset + len(data)
+
+    def complete_record_end(self, offset: int) -> int:
+        """Where the record at ``offset`` ends (the segment end for a BLANK), or ``offset``
+        when no complete record starts there yet (a replica's chunk may end inside one)."""
+        seg = self.files.find(offset)
+        if seg is None:
+            return offset
+        pos = offset - seg.start
+        available = self.write_offset - offset
+        if available < BLANK_SIZE:
+            return offset
+        if is_blank(seg.view, pos):
+            return seg.end
+        size = record_size(seg.view, pos)
+        return offset + size if 0 < size <= self.write_offset - offset else offset
+
+    def record_start_at_or_before(self, target: int) -> int:
+        """The start of the last complete record that begins at or before ``target`` (hopping
+        record sizes from the start of its segment), or the segment start."""
+        target = min(target, self.write_offset)
+        seg = self.files.find(target) or self.files.find(target - 1)
+        if seg is None:
+            return self.min_offset
+        pos = seg.start
+        while pos < target:
+            end = self.complete_record_end(pos)
+            if end == pos or end > target or is_blank(seg.view, pos - seg.start):
+                break
+            pos = end
+        return pos
+
+    def first_difference(self, offset: int, data: bytes) -> int | None:
+        """The offset of the first byte where ``data`` (bytes another log holds at ``offset``)
+        differs from this log, comparing up to this log's end; ``None`` when they agree."""
+        count = min(len(data), self.write_offset - offset)
+        if count <= 0:
+            return None
+        seg = self.files.find(offset)
+        if seg is None:
+            return offset
+        count = min(count, seg.end - offset)
+        local = seg.read(offset - seg.start, count)
+        if local == data[:count]:
+            return None
+        lo, hi = 0, count  # the first differing byte is in [lo, hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if local[lo:mid] == data[lo:mid]:
+                lo = mid
+            else:
+                hi = mid
+        return offset + lo
+
+    def truncate(self, end: int) -> int:
+        """Cut the log at ``end`` (a replica dropping a tail its master does not have);
+        returns the bytes cut."""
+        cut = self._truncate(end)
+        self.write_offset = min(self.write_offset, end)
+        self.flushed_offset = min(self.flushed_offset, end)
+        self._tail = None
+        return cut
 
     def segment_of(self, offset: int) -> MappedFile | None:
         return self.files.find(offset)

@@ -39,15 +39,21 @@ class ConsumeQueue:
         ``log_end`` (CommitLog bytes that recovery cut off)."""
         self.files.load()
         self.max_offset = self._written_end()
+        self.truncate(log_end)
+        self._correct_min(0)
+
+    def truncate(self, log_end: int) -> None:
+        """Drop the entries that point at or past ``log_end``."""
         while self.max_offset > self.min_index:
             entry = self.entry(self.max_offset - 1)
             if entry is not None and not entry.is_padding and entry.phys_offset + entry.size <= log_end:
                 break
             self.max_offset -= 1
         self._zero_from(self.max_offset)
-        self._correct_min(0)
+        self.min_offset = min(self.min_offset, self.max_offset)
         self._update_room()
         self.assigned = self.max_offset
+        self._tail = None
 
     def _update_room(self) -> None:
         last = self.files.last
@@ -125,14 +131,29 @@ class ConsumeQueue:
         if qo < self.max_offset:
             return False
         if qo > self.max_offset:
-            log.warning("consume queue %s-%d: gap %d..%d padded", self.topic, self.queue_id,
-                        self.max_offset, qo)
-            for gap in range(self.max_offset, qo):
-                self._write(gap, encode_cq_entry(0, PAD_SIZE, 0))
+            if self.files.last is None:  # first seen far above 0 (a replica that starts mid-log)
+                self.ensure_room(qo)
+                self._pad(self.max_offset, qo)
+                self.min_offset = qo
+            else:
+                log.warning("consume queue %s-%d: gap %d..%d padded", self.topic, self.queue_id,
+                            self.max_offset, qo)
+                self._pad(self.max_offset, qo)
         self._write(qo, encode_cq_entry(phys, size, tags))
         self.max_offset = qo + 1
         self.assigned = max(self.assigned, self.max_offset)
         return True
+
+    def _pad(self, lo: int, hi: int) -> None:
+        """Write padding entries ``[lo, hi)``, a file's share at a time (a replica that starts
+        mid-log begins its queues far above 0)."""
+        pad = encode_cq_entry(0, PAD_SIZE, 0)
+        while lo < hi:
+            mf = self.ensure_room(lo)
+            lo = max(lo, mf.start // CQ_ENTRY_SIZE)
+            stop = min(hi, mf.end // CQ_ENTRY_SIZE)
+            mf.write(lo * CQ_ENTRY_SIZE - mf.start, pad * (stop - lo))
+            lo = stop
 
     def _write(self, index: int, entry: bytes) -> None:
         mf = self.ensure_room(index)

@@ -28,6 +28,7 @@ from core.config import StoreConfig
 from core.errors import (
     DiskFullError,
     MessageTooLargeError,
+    ReadOnlyStoreError,
     StoreClosedError,
     StoreCorruptError,
     StoreError,
@@ -49,6 +50,7 @@ from formats.properties import TAGS as TAGS_PROPERTY
 from formats.properties import index_keys
 from formats.record import MessageRecord, decode_record, is_blank, prepare_record
 from formats.sysflag import TRANSACTION_PREPARED as TRANSACTION_HALF_BIT
+from formats.sysflag import is_dispatched
 from formats.tags import tags_code
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,8 @@ class MessageStore:
         self.reput_offset = 0
         self.stats = StoreStatistics()
         self._disk_full: str | None = None
+        self._read_only: str | None = None  # why a replica refuses local writes
+        self._log_grew = trio.Event()  # set on every append: the HA service streams as the log grows
         self._refusal: str | None = "the store is not open"  # None while writes are allowed
         self._flush_failed = False
         self._body_size_max = config.message_size_bytes_max
@@ -154,7 +158,7 @@ class MessageStore:
         redispatched = self._catch_up()
         abort.touch()
         self._open = True
-        self._refusal = None
+        self._refusal = self._read_only
         self._notify_dispatch = self.plugins is not None and self.plugins.listens_to_dispatch()
         self._update_disk_state()
         return RecoveryReport(clean, log_recovery, redispatched)
@@ -273,6 +277,7 @@ class MessageStore:
         if cq is not None:
             cq.assigned = last_queue_offset + 1
         self._last_store_ts = stamp
+        self._log_grew.set()
         pending = len(self._pending)
         if pending == count:
             self._dispatch_wanted.set()
@@ -284,10 +289,76 @@ class MessageStore:
     def _refuse(self) -> None:
         if not self._open:
             raise StoreClosedError("the store is not open")
+        if self._refusal is self._read_only:
+            raise ReadOnlyStoreError(self._read_only)
         if self._refusal is self._disk_full:
             self.stats.refused_disk_full += 1
             raise DiskFullError(self._refusal)
         raise StoreError(self._refusal or "writes refused")
+
+    # ---------------------------------------------------------------- replicas
+
+    def set_read_only(self, reason: str | None) -> None:
+        """Refuse (with ``reason``) or allow local writes: a replica's log only grows by
+        :meth:`append_replicated`, so its bytes stay its master's."""
+        self._read_only = reason
+        if self._open and not self._flush_failed:
+            self._refusal = reason or self._disk_full
+
+    def append_replicated(self, offset: int, data: bytes) -> None:
+        """Append bytes a master's log holds at ``offset``; :meth:`dispatch_replicated` then
+        makes their records visible."""
+        if self._disk_full is not None:
+            raise DiskFullError(self._disk_full)
+        if not self._open:
+            raise StoreClosedError("the store is not open")
+        self.commitlog.append_replicated(offset, data)
+        self.reput_offset = max(self.reput_offset, self.commitlog.min_offset)  # a log that began mid-way
+
+    def dispatch_replicated(self) -> int:
+        """Dispatch every record that replicated bytes completed; returns how many. A chunk
+        may end inside a record: that one waits for the chunk holding its end."""
+        log_ = self.commitlog
+        reput = self.reput_offset
+        count = 0
+        while reput < log_.write_offset:
+            end = log_.complete_record_end(reput)
+            if end == reput:
+                break  # the rest of this record comes with the next chunk
+            seg = log_.segment_of(reput)
+            assert seg is not None
+            if not is_blank(seg.view, reput - seg.start):
+                rec = decode_record(seg.view, reput - seg.start, limit=end - seg.start, check_crc=False,
+                                    with_body=False)
+                cq = self.queues.get_or_create(rec.topic, rec.queue_id) if is_dispatched(rec.sysflag) else None
+                keys = index_keys(rec.properties) if self._index_enabled else None
+                if keys:
+                    self.index.reserve(len(keys))
+                self._pending.append((rec, cq, reput, rec.total_size, rec.queue_offset, rec.store_timestamp, keys))
+                self._last_store_ts = rec.store_timestamp
+                count += 1
+            reput = end
+        self.dispatch_pending()
+        self.reput_offset = reput
+        return count
+
+    def truncate_replica(self, end: int) -> int:
+        """Cut a replica's log (and the queue entries pointing into the cut) at ``end``, where
+        it stops agreeing with its master; returns the bytes cut. Stale key-index entries stay:
+        lookups check every record they find."""
+        self.dispatch_pending()
+        cut = self.commitlog.truncate(end)
+        for cq in self.queues.queues.values():
+            cq.truncate(end)
+        self.reput_offset = min(self.reput_offset, end)
+        return cut
+
+    async def wait_log_beyond(self, offset: int) -> None:
+        """Return once the CommitLog extends past ``offset``."""
+        while self.commitlog.write_offset <= offset:
+            if self._log_grew.is_set():
+                self._log_grew = trio.Event()
+            await self._log_grew.wait()
 
     def dispatch_pending(self) -> int:
         """Write the queue and index entries of every record put but not yet dispatched."""
@@ -563,7 +634,7 @@ class MessageStore:
         else:
             self._disk_full = None
         if self._open and not self._flush_failed:
-            self._refusal = self._disk_full
+            self._refusal = self._read_only or self._disk_full
 
     async def apply_retention(self, now: float | None = None) -> list[Path]:
         """Delete (or archive, then delete) segments past the retention time; drop queue and
