@@ -86,13 +86,30 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class ReplicationConfig:
+    """How a broker group replicates (RocketMQ's brokerRole and HA settings, in our units)."""
+
     mode: ReplicationMode = "async"
+    # a new, empty slave copies the master's whole log (else from the start of its last segment)
+    full_sync: bool = False
+    # sync mode: a slave further behind than this does not count (SLAVE_NOT_AVAILABLE)
+    ha_slave_fallbehind_max: int = 256 * MiB
+    ha_transfer_batch_bytes: int = 32 * 1024
+    ha_heartbeat_interval_ms: int = 5_000
+    # a link silent this long is dropped (RocketMQ's haHousekeepingInterval)
+    ha_housekeeping_interval_ms: int = 20_000
+    ha_reconnect_interval_ms: int = 5_000
 
     def __post_init__(self) -> None:
         if self.mode not in get_args(ReplicationMode):
             raise ConfigError(
                 f"replication.mode must be one of {get_args(ReplicationMode)}, not {self.mode!r}"
             )
+        if not 1 <= self.ha_transfer_batch_bytes <= 32 * 1024:
+            raise ConfigError("replication.ha_transfer_batch_bytes must be in 1..32768 (the HA protocol's limit)")
+        for name in ("ha_slave_fallbehind_max", "ha_heartbeat_interval_ms", "ha_housekeeping_interval_ms",
+                     "ha_reconnect_interval_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"replication.{name} must be positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +151,13 @@ class BrokerSettings:
     transaction_timeout_ms: int = 6_000
     transaction_check_interval_ms: int = 60_000
     transaction_check_max: int = 15
+    # slaves serve reads in their own right, and masters send consumers far behind to them
+    slave_read_enable: bool = False
+    # "far behind": a pull this many bytes below the log's end (0: 40% of physical memory,
+    # RocketMQ's accessMessageInMemoryMaxRatio)
+    cold_read_lag_bytes: int = 0
+    # a slave copies topics and consumer offsets from its master this often
+    slave_sync_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if not 1 <= self.default_topic_queue_nums <= 1024:

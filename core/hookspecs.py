@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from core.config import NameServerSettings
+    from core.broker.replication import Replication
+    from core.config import BrokerNode, Config, NameServerSettings
     from core.namesrv.route_table import RouteTable
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchBatch
+    from core.store.message_store import MessageStore
 
 PROJECT = "mqctl"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -71,4 +73,14 @@ def mq_route_table(settings: NameServerSettings) -> RouteTable | None:
     Called once by each name server process at start with its ``[namesrv]`` settings. The
     built-in ``routing`` plugin returns RocketMQ's rules; ``None`` means "not mine". A name
     server with no route table refuses to start.
+    """
+
+
+@hookspec(firstresult=True)
+def mq_replication(mode: str, node: BrokerNode, config: Config, store: MessageStore) -> Replication | None:
+    """Make a broker node's replication strategy for ``replication.mode`` = ``mode`` (pick one).
+
+    Called once by each broker process at start, after its store is open. The built-in
+    ``ha_async`` and ``ha_sync`` plugins answer "async" and "sync" (master-slave by broker id);
+    ``None`` means "not my mode". A broker whose mode no plugin answers refuses to start.
     """

@@ -17,11 +17,13 @@ import pluggy
 from core import hookspecs
 
 if TYPE_CHECKING:
-    from core.config import NameServerSettings
+    from core.broker.replication import Replication
+    from core.config import BrokerNode, Config, NameServerSettings
     from core.namesrv.route_table import RouteTable
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchRequest
+    from core.store.message_store import MessageStore
 
 ENTRY_POINT_GROUP = "mqctl.plugins"
 BLOCK_ENV = "MQCTL_BLOCK_PLUGINS"
@@ -91,4 +93,8 @@ class PluginHost:
 
     def route_table(self, settings: NameServerSettings) -> RouteTable | None:
         result: RouteTable | None = self._pm.hook.mq_route_table(settings=settings)
+        return result
+
+    def replication(self, mode: str, node: BrokerNode, config: Config, store: MessageStore) -> Replication | None:
+        result: Replication | None = self._pm.hook.mq_replication(mode=mode, node=node, config=config, store=store)
         return result

@@ -48,6 +48,10 @@ def all_topic_config(broker: Broker, request: RemotingCommand, conn: Connection)
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.topics.wrapper()))
 
 
+def all_consumer_offsets(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.offsets.to_json()))
+
+
 def runtime_info(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
     store = broker.store
     table = {
@@ -59,6 +63,7 @@ def runtime_info(broker: Broker, request: RemotingCommand, conn: Connection) -> 
         "consumerGroupCount": str(len(broker.clients.consumers)), "heldPulls": str(broker.hold.parked),
         "flushMode": store.config.flush, "replicationMode": broker.replication_mode,
         "pid": str(broker.pid),
+        **broker.replication.runtime_info(),
     }
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
 

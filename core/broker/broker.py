@@ -18,10 +18,11 @@ from core.broker.offsets import ConsumerOffsets
 from core.broker.pull import handle_pull
 from core.broker.query import handle_query_message
 from core.broker.queue_locks import QueueLocks
+from core.broker.replication import Replication
 from core.broker.schedule import ScheduleService
 from core.broker.send import handle_send
 from core.broker.send_back import handle_send_back
-from core.broker.topics import TopicTable
+from core.broker.topics import TopicConfig, TopicTable
 from core.broker.transaction_service import TransactionService
 from core.config import BrokerNode, Config
 from core.errors import RemotingError
@@ -35,17 +36,34 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[["Broker", RemotingCommand, Connection], Reply]
 
+MASTER_ID = 0
+SLAVE_READ_ID = 1  # RocketMQ's whichBrokerWhenConsumeSlowly
+MEMORY_READ_RATIO = 0.40  # RocketMQ's accessMessageInMemoryMaxRatio
+
+
+def default_cold_read_lag_bytes() -> int:
+    """How far below the log's end a read leaves memory: 40% of physical RAM."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * MEMORY_READ_RATIO)
+    except (ValueError, OSError):
+        return 4 << 30
+
 
 class Broker:
     """One broker node: everything a request handler needs."""
 
-    def __init__(self, node: BrokerNode, config: Config, store: MessageStore, hold: PullHold, root: Path) -> None:
+    def __init__(self, node: BrokerNode, config: Config, store: MessageStore, hold: PullHold, root: Path,
+                 replication: Replication) -> None:
         self.node = node
         self.config = config
         self.settings = config.broker
         self.cluster = config.cluster.name
         self.replication_mode = config.replication.mode
         self.store = store
+        self.replication = replication
+        self.master_addr: str | None = None  # the group's master, as the name servers last said
+        self.slave_sync_wanted = trio.Event()
+        self.cold_read_lag_bytes = self.settings.cold_read_lag_bytes or default_cold_read_lag_bytes()
         self.hold = hold
         self.pid = os.getpid()
         self.topics = TopicTable(root / "config" / "topics.json", auto_create=self.settings.auto_create_topic,
@@ -79,6 +97,7 @@ class Broker:
             RequestCode.GET_EARLIEST_MSG_STORETIME: client_requests.earliest_store_time,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topic_config,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_consumer_offsets,
             RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
             RequestCode.QUERY_MESSAGE: handle_query_message,
             admin.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
@@ -111,6 +130,34 @@ class Broker:
     def topics_changed(self) -> None:
         """Register with the name servers now rather than at the next period."""
         self.register_wanted.set()
+
+    def master_learned(self, master_addr: str | None, ha_addr: str | None) -> None:
+        """A name server's answer to our registration named the group's master."""
+        if master_addr and master_addr != self.master_addr and master_addr != self.address:
+            self.master_addr = master_addr
+            self.slave_sync_wanted.set()
+        self.replication.master_learned(master_addr, ha_addr)
+
+    def suggested_reader(self, lag_bytes: int) -> int:
+        """The broker id a consumer should pull from next, having just read ``lag_bytes`` below
+        the log's end (RocketMQ's suggestWhichBrokerId). With ``slave_read_enable``, reads that
+        fell out of memory go to the slave (id 1) and the rest to the master; without it,
+        always the master. A slave still serves pulls when its master is gone (consumers fail
+        over to it), but sends consumers back as soon as the master is in their route again."""
+        if self.settings.slave_read_enable and lag_bytes > self.cold_read_lag_bytes:
+            return SLAVE_READ_ID
+        return MASTER_ID
+
+    def adopt_replicated_topic(self, topic: str) -> TopicConfig | None:
+        """A replica asked about a topic its master's table (copied periodically) does not list
+        yet, though replicated messages of it are here: serve it with the queues seen, and copy
+        the master's table now."""
+        queue_ids = [qid for (name, qid) in self.store.queues.queues if name == topic]
+        if self.replication.writable or not queue_ids:
+            return None
+        self.slave_sync_wanted.set()
+        nums = max(max(queue_ids) + 1, self.settings.default_topic_queue_nums)
+        return self.topics.ensure(topic, nums)[0]
 
     def consumer_group_changed(self, group: str) -> None:
         """Tell the group's members to rebalance at once (NOTIFY_CONSUMER_IDS_CHANGED)."""

@@ -46,8 +46,18 @@ class ConsumerOffsets:
                 out[topic] = dict(queues)
         return out
 
+    def to_json(self) -> dict[str, dict[str, dict[str, int]]]:
+        return {"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.table.items()}}
+
+    def merge_from(self, doc: dict[str, dict[str, dict[str, int]]]) -> None:
+        """Take a master's offsets (a slave's periodic copy): its entries win, others stay."""
+        for key, queues in (doc.get("offsetTable") or {}).items():
+            for queue, offset in queues.items():
+                topic, _, group = key.partition("@")
+                self.commit(group, topic, int(queue), int(offset))
+
     def save(self) -> None:
         if not self.dirty:
             return
-        save_json(self.path, {"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.table.items()}})
+        save_json(self.path, self.to_json())
         self.dirty = False

@@ -17,6 +17,8 @@ from formats.tags import subscription_codes
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
+MASTER_ID = 0
+
 
 @dataclass(frozen=True, slots=True)
 class PullOutcome:
@@ -25,11 +27,12 @@ class PullOutcome:
     min_offset: int
     max_offset: int
     body: bytes = b""
+    suggest_broker_id: int = MASTER_ID  # where the consumer should pull this queue next
 
     def response(self, request: RemotingCommand) -> RemotingCommand:
         # every value a string: the C++ client ignores numbers and would re-pull offset 0 forever
         return request.reply(self.code, ext_fields={
-            "suggestWhichBrokerId": "0", "nextBeginOffset": str(self.next_offset),
+            "suggestWhichBrokerId": str(self.suggest_broker_id), "nextBeginOffset": str(self.next_offset),
             "minOffset": str(self.min_offset), "maxOffset": str(self.max_offset),
         }, body=self.body)
 
@@ -39,7 +42,7 @@ def handle_pull(broker: Broker, request: RemotingCommand, conn: Connection) -> R
         header = PullHeader.of(request)
     except ValueError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    config = broker.topics.get(header.topic)
+    config = broker.topics.get(header.topic) or broker.adopt_replicated_topic(header.topic)
     if config is None:
         return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
     if not config.readable:
@@ -79,6 +82,7 @@ def pull_once(broker: Broker, header: PullHeader, codes: set[int] | None) -> Pul
     parts: list[bytes] = []
     size = 0
     next_offset = offset
+    last_phys = store.commitlog.write_offset
     for index, entry in store.queue_entries(topic, queue_id, offset, count):
         if parts and size + entry.size > settings.pull_bytes_max:
             break
@@ -91,8 +95,10 @@ def pull_once(broker: Broker, header: PullHeader, codes: set[int] | None) -> Pul
             continue  # its segment was retired under us
         parts.append(data)
         size += entry.size
+        last_phys = entry.phys_offset
     if parts:
-        return PullOutcome(ResponseCode.SUCCESS, next_offset, low, high, b"".join(parts))
+        return PullOutcome(ResponseCode.SUCCESS, next_offset, low, high, b"".join(parts),
+                           broker.suggested_reader(store.commitlog.write_offset - last_phys))
     return PullOutcome(ResponseCode.PULL_RETRY_IMMEDIATELY, next_offset, low, high)
 
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MASTER_SEARCH_INTERVAL_S = 1.0
+
 
 def _ext(broker: Broker) -> dict[str, str]:
     return {"brokerName": broker.node.name, "brokerAddr": broker.address, "clusterName": broker.cluster,
@@ -42,6 +44,8 @@ async def register_all(broker: Broker, client: RemotingClient, namesrv: list[str
             return
         if resp.code == ResponseCode.SUCCESS:
             ok += 1
+            broker.master_learned(resp.ext_fields.get("masterAddr") or None,
+                                  resp.ext_fields.get("haServerAddr") or None)
         else:
             log.warning("name server %s refused registration: %s", addr, resp.remark)
 
@@ -67,6 +71,7 @@ async def registration_loop(broker: Broker, client: RemotingClient, namesrv: lis
     interval = broker.settings.register_interval_ms / 1000
     while True:
         await register_all(broker, client, namesrv)
-        with trio.move_on_after(interval):
+        # a replica that has not learned its master yet asks again soon, not in 30 s
+        with trio.move_on_after(MASTER_SEARCH_INTERVAL_S if broker.replication.master_missing else interval):
             await broker.register_wanted.wait()
         broker.register_wanted = trio.Event()

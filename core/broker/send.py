@@ -7,6 +7,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from core.broker.headers import SendHeader
+from core.broker.replication import Replicated
 from core.broker.responses import response_code
 from core.broker.topics import RETRY_PREFIX, topic_problem
 from core.broker.transactions import is_half
@@ -110,18 +111,29 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
     except Exception as exc:  # store, format and size errors, mapped in one place
         code, remark = response_code(exc)
         return request.reply(code, remark)
-    if broker.store.config.flush == "sync":
-        return _after_flush(broker, request, queue_id, results)
+    if broker.store.config.flush == "sync" or broker.replication.waits_for_replicas:
+        return _after_waits(broker, request, queue_id, results)
     return _sent(broker, request, queue_id, results, ResponseCode.SUCCESS)
 
 
-async def _after_flush(broker: Broker, request: RemotingCommand, queue_id: int,
+_REPLICATED_CODES = {Replicated.OK: ResponseCode.SUCCESS, Replicated.TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                     Replicated.NO_REPLICA: ResponseCode.SLAVE_NOT_AVAILABLE}
+
+
+async def _after_waits(broker: Broker, request: RemotingCommand, queue_id: int,
                        results: list[PutResult]) -> RemotingCommand:
+    """Answer once the sync flush and the replicas (whichever apply) confirm the records.
+    Either way they are stored: a timeout code tells the producer only that they may be
+    less safe than asked, and a producer that resends them stores them twice."""
     last = results[-1]
-    flushed = await broker.store.wait_flushed(last.phys_offset + last.size,
-                                              broker.store.config.sync_flush_timeout_ms / 1000)
-    return _sent(broker, request, queue_id, results,
-                 ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT)
+    end = last.phys_offset + last.size
+    code = ResponseCode.SUCCESS
+    if broker.store.config.flush == "sync" and not await broker.store.wait_flushed(
+            end, broker.store.config.sync_flush_timeout_ms / 1000):
+        code = ResponseCode.FLUSH_DISK_TIMEOUT
+    if code == ResponseCode.SUCCESS and broker.replication.waits_for_replicas:
+        code = _REPLICATED_CODES[await broker.replication.wait_replicated(end)]
+    return _sent(broker, request, queue_id, results, code)
 
 
 def _sent(broker: Broker, request: RemotingCommand, queue_id: int, results: list[PutResult],

@@ -10,7 +10,9 @@ import trio
 from core.broker.broker import Broker
 from core.broker.long_polling import PullHold
 from core.broker.registration import registration_loop, unregister_all
+from core.broker.slave_sync import slave_sync_loop
 from core.config import BrokerNode, Config
+from core.errors import ConfigError
 from core.plugin_manager import PluginHost
 from core.remoting.client import open_remoting_client, split_address
 from core.remoting.server import serve_remoting
@@ -34,7 +36,11 @@ async def serve_broker(
     try:
         async with open_message_store(root, config.store, plugins) as store, \
                 open_remoting_client(plugins=plugins) as client:
-            broker = Broker(node, config, store, hold, root)
+            replication = plugins.replication(config.replication.mode, node, config, store)
+            if replication is None:
+                raise ConfigError(f"no plugin provides replication.mode = {config.replication.mode!r} "
+                                  f"(installed plugins: {', '.join(plugins.names)})")
+            broker = Broker(node, config, store, hold, root, replication)
             host, port = split_address(node.listen)
             try:
                 async with trio.open_nursery() as nursery:
@@ -43,9 +49,14 @@ async def serve_broker(
                         broker, host, port, plugins=plugins, on_close=broker.connection_closed,
                         frame_size_max=config.broker.frame_size_bytes_max, task_status=task_status))
                     broker.bind(bound)
+                    ha_address = await nursery.start(replication.serve, broker.ha_address)
+                    broker.ha_address = ha_address or ""
                     broker.schedule.store_host = broker.transactions.store_host = broker.store_host
-                    nursery.start_soon(broker.schedule.run)
-                    nursery.start_soon(broker.transactions.run)
+                    if replication.writable:  # a replica's log only grows by replication
+                        nursery.start_soon(broker.schedule.run)
+                        nursery.start_soon(broker.transactions.run)
+                    else:
+                        nursery.start_soon(slave_sync_loop, broker, client)
                     nursery.start_soon(registration_loop, broker, client, config.namesrv_addresses)
                     nursery.start_soon(_housekeeping, broker)
                     log.info("broker %s listening on %s", node.node, broker.address)

@@ -95,6 +95,16 @@ class TopicTable:
         self.put(config)
         return config, True
 
+    def replace_from(self, wrapper: dict[str, Any]) -> bool:
+        """Take a master's whole table (a slave's periodic copy); True when it changed."""
+        topics = {name: TopicConfig.from_json(cfg) for name, cfg in (wrapper.get("topicConfigTable") or {}).items()}
+        if topics == self.topics:
+            return False
+        self.topics = topics
+        self.version = wrapper.get("dataVersion") or self.version
+        self.save()
+        return True
+
     def delete(self, name: str) -> bool:
         if self.topics.pop(name, None) is None:
             return False

@@ -5,8 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from core.client.route import MessageQueue
+from core.client.route import MASTER_ID, MessageQueue
 from core.client.runtime import ClientError, ClientRuntime
+from core.errors import RemotingError
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
@@ -46,9 +47,11 @@ def _tag_matches(codes: set[int] | None, expression: str, rec: MessageRecord) ->
     return rec.tags in wanted
 
 
-async def broker_address(runtime: ClientRuntime, mq: MessageQueue) -> str:
+async def broker_address(runtime: ClientRuntime, mq: MessageQueue, broker_id: int = MASTER_ID) -> str:
+    """The address of ``mq``'s broker ``broker_id``, or of any node of its group when that one
+    is not in the route (a slave while the master is gone)."""
     route = await runtime.route(mq.topic)
-    addr = route.any_address(mq.broker_name) if route is not None else None
+    addr = route.any_address(mq.broker_name, broker_id) if route is not None else None
     if addr is None:
         raise ClientError(f"no address for broker {mq.broker_name} of {mq.topic}")
     return addr
@@ -67,7 +70,17 @@ async def pull(runtime: ClientRuntime, group: str, mq: MessageQueue, offset: int
         "commitOffset": str(commit_offset if commit_offset is not None else 0),
         "suspendTimeoutMillis": str(suspend_ms), "subscription": expression, "subVersion": "0",
         "expressionType": "TAG"})
-    resp = await runtime.invoke(await broker_address(runtime, mq), cmd, timeout_s)
+    try:
+        resp = await runtime.invoke(await broker_address(runtime, mq, runtime.pull_from.get(mq, MASTER_ID)),
+                                    cmd, timeout_s)
+    except RemotingError:
+        runtime.forget_route(mq.topic)  # the node may be gone: ask the name servers next time
+        raise
+    suggested = int(resp.ext_fields.get("suggestWhichBrokerId", MASTER_ID) or MASTER_ID)
+    if suggested == MASTER_ID:  # the table holds only the queues sent elsewhere: bounded by the route
+        runtime.pull_from.pop(mq, None)
+    else:
+        runtime.pull_from[mq] = suggested
     status = _PULL_STATUS.get(resp.code)
     if status is None:
         raise ClientError(f"pull {mq.topic}/{mq.broker_name}/{mq.queue_id}@{offset}: code {resp.code} {resp.remark}")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from core.client.route import TopicRoute, parse_route
+from core.client.route import MessageQueue, TopicRoute, parse_route
 from core.errors import RemotingError
 from core.nursery import open_unwrapped_nursery
 from core.remoting.client import RemotingClient
@@ -48,6 +48,8 @@ class ClientRuntime:
         self.client_id = f"{_local_ip()}@{os.getpid()}#{instance}#{time.time_ns()}"
         self.remoting = RemotingClient(nursery, self)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        # queues a broker told us to pull from another node of its group (suggestWhichBrokerId)
+        self.pull_from: dict[MessageQueue, int] = {}
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, PushConsumer] = {}
         self._ns_index = 0

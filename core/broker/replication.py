@@ -1,0 +1,49 @@
+"""What the broker needs from its replication strategy (made by the ``mq_replication`` hook).
+
+The broker calls these; the strategies live in ``replication/`` behind plugins, so core code
+never imports them.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+import trio
+
+
+class Replicated(enum.Enum):
+    """How a send's wait for its replicas ended."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"  # FLUSH_SLAVE_TIMEOUT: stored, not confirmed by a replica in time
+    NO_REPLICA = "no_replica"  # SLAVE_NOT_AVAILABLE: stored, no replica close enough to wait for
+
+
+class Replication(Protocol):
+    """One broker node's part in its group's replication."""
+
+    @property
+    def writable(self) -> bool:
+        """Whether this node takes writes (a master); replicas refuse sends."""
+
+    @property
+    def waits_for_replicas(self) -> bool:
+        """Whether sends wait in :meth:`wait_replicated` before they are answered."""
+
+    @property
+    def master_missing(self) -> bool:
+        """A replica that does not know its master yet (the broker registers sooner)."""
+
+    async def serve(self, ha_listen: str, *, task_status: trio.TaskStatus[str | None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the replication tasks until cancelled; ``started`` with the HA address served
+        (``None`` when this node serves none)."""
+
+    def master_learned(self, master_addr: str | None, ha_addr: str | None) -> None:
+        """The name servers' answer to a registration: the group's master and its HA address."""
+
+    async def wait_replicated(self, end_offset: int) -> Replicated:
+        """Wait until a replica holds the log up to ``end_offset`` (sync modes)."""
+
+    def runtime_info(self) -> dict[str, str]:
+        """Fields for GET_BROKER_RUNTIME_INFO (strings, as RocketMQ's table)."""

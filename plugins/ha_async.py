@@ -1,0 +1,15 @@
+"""The built-in ``ha_async`` plugin: RocketMQ's ASYNC_MASTER / SLAVE replication (a send is
+answered after the master's write; slaves follow)."""
+
+from __future__ import annotations
+
+from core.broker.replication import Replication
+from core.config import BrokerNode, Config
+from core.hookspecs import hookimpl
+from core.store.message_store import MessageStore
+from replication.master_slave.strategy import MasterSlaveReplication
+
+
+@hookimpl
+def mq_replication(mode: str, node: BrokerNode, config: Config, store: MessageStore) -> Replication | None:
+    return MasterSlaveReplication(node, config, store, sync=False) if mode == "async" else None

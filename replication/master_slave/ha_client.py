@@ -1,0 +1,155 @@
+"""The slave's side (RocketMQ's HAClient): connect to the master's HA port, report the offset
+to start from, verify and append what streams in, acknowledge, reconnect when the link drops."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from core.config import ReplicationConfig
+from core.errors import StoreError
+from core.remoting.client import split_address
+from core.store.message_store import MessageStore
+from replication.errors import ProtocolError
+from replication.master_slave.protocol import TransferParser, encode_report
+from replication.master_slave.slave_session import (
+    VERIFY_WINDOW_BYTES,
+    Append,
+    GoBack,
+    Refuse,
+    ReplicaSession,
+    Truncate,
+)
+
+log = logging.getLogger(__name__)
+
+RECEIVE_BYTES = 64 * 1024
+CONNECT_TIMEOUT_S = 3.0
+
+
+class HAClient:
+    """Keeps a slave's store a byte-for-byte copy of its master's CommitLog."""
+
+    def __init__(self, store: MessageStore, settings: ReplicationConfig) -> None:
+        self.store = store
+        self.settings = settings
+        self.master_ha: str | None = None
+        self.connected = False
+        self.local_addr: str | None = None
+        self.refused: str | None = None  # why this slave stopped replicating (a forked log)
+        self.truncated_bytes = 0
+        self._window = VERIFY_WINDOW_BYTES
+        self._master_changed = trio.Event()
+        self._last_heard = 0.0
+
+    def set_master(self, ha_addr: str | None) -> None:
+        if ha_addr and ha_addr != self.master_ha:
+            log.info("master HA address: %s", ha_addr)
+            self.master_ha = ha_addr
+            self._master_changed.set()
+
+    async def run(self) -> None:
+        """Replicate until cancelled."""
+        retry_s = self.settings.ha_reconnect_interval_ms / 1000
+        while True:
+            if self.master_ha is None or self.refused is not None:
+                await self._master_changed.wait()
+                self._master_changed = trio.Event()
+                continue
+            again_at_once = await self._session(self.master_ha)
+            if not again_at_once:
+                with trio.move_on_after(retry_s):
+                    await self._master_changed.wait()
+                self._master_changed = trio.Event()
+
+    async def _session(self, address: str) -> bool:
+        """One connection; True when the next one should start at once (verify further back)."""
+        host, port = split_address(address)
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT_S):
+                stream = await trio.open_tcp_stream(host, port)
+        except (OSError, trio.TooSlowError) as exc:
+            log.debug("cannot reach master HA %s: %s", address, exc)
+            return False
+        session = ReplicaSession(self.store.commitlog, self._window)
+        sending = trio.StrictFIFOLock()  # the receive loop and the periodic report share the stream
+        again = False
+        try:
+            self.local_addr = "{}:{}".format(*stream.socket.getsockname()[:2])
+            self.connected = True
+            self._last_heard = trio.current_time()
+            await stream.send_all(encode_report(session.request_offset))
+            log.info("replicating from %s, starting at %d%s", address, session.request_offset,
+                     " (verifying)" if session.verifying else "")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._report_periodically, stream, sending, session)
+                nursery.start_soon(self._drop_when_silent, nursery.cancel_scope)
+                again = await self._receive(stream, sending, session)
+                nursery.cancel_scope.cancel()
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as broken:
+            log.info("link to master %s broke: %s", address, broken.exceptions[0])
+        except* ProtocolError as bad:
+            log.warning("dropping the link to master %s: %s", address, bad.exceptions[0])
+        except* (StoreError, ValueError) as failed:  # a full disk, bytes that do not fit: retried later
+            log.error("cannot apply what master %s sent: %s", address, failed.exceptions[0])
+        finally:
+            self.connected = False
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+        return again
+
+    async def _receive(self, stream: trio.SocketStream, sending: trio.StrictFIFOLock,
+                       session: ReplicaSession) -> bool:
+        parser = TransferParser(self.settings.ha_transfer_batch_bytes)
+        while True:
+            data = await stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                log.info("master closed the link")
+                return False
+            self._last_heard = trio.current_time()
+            appended = False
+            for transfer in parser.feed(data):
+                for action in session.on_transfer(transfer):
+                    if isinstance(action, Append):
+                        self.store.append_replicated(action.offset, action.data)
+                        appended = True
+                    elif isinstance(action, Truncate):
+                        cut = self.store.truncate_replica(action.end)
+                        self.truncated_bytes += cut
+                        log.warning("this slave's log forked from its master's at offset %d: cut %d bytes there "
+                                    "and copying the master's instead", action.end, cut)
+                    elif isinstance(action, GoBack):
+                        self._window = action.window
+                        log.warning("this slave's log differs from its master's before offset %d: checking "
+                                    "%d bytes further back", session.start, action.window)
+                        return True
+                    elif isinstance(action, Refuse):
+                        self.refused = action.reason
+                        log.error("replication stopped: %s. Wipe this node's store (its data_dir folder) to "
+                                  "copy the master afresh.", action.reason)
+                        return False
+            if not session.verifying:
+                self._window = VERIFY_WINDOW_BYTES
+            if appended or session.verifying:
+                async with sending:
+                    await stream.send_all(encode_report(session.ack_offset))
+            if appended:
+                self.store.dispatch_replicated()
+
+    async def _report_periodically(self, stream: trio.SocketStream, sending: trio.StrictFIFOLock,
+                                   session: ReplicaSession) -> None:
+        interval = self.settings.ha_heartbeat_interval_ms / 1000
+        while True:
+            await trio.sleep(interval)
+            async with sending:
+                await stream.send_all(encode_report(session.ack_offset))
+
+    async def _drop_when_silent(self, scope: trio.CancelScope) -> None:
+        silence_max = self.settings.ha_housekeeping_interval_ms / 1000
+        while True:
+            await trio.sleep_until(self._last_heard + silence_max)
+            if trio.current_time() - self._last_heard >= silence_max:
+                log.warning("master silent for %.0f s: reconnecting", silence_max)
+                scope.cancel()
+                return

@@ -1,0 +1,78 @@
+"""Master-slave replication as the broker sees it (core.broker.replication.Replication): the
+master runs the HA service, a slave its HA client; in sync mode a send waits for a slave."""
+
+from __future__ import annotations
+
+import orjson
+import trio
+
+from core.broker.replication import Replicated
+from core.config import BrokerNode, Config
+from core.store.message_store import MessageStore
+from replication.master_slave.acks import slave_ok
+from replication.master_slave.ha_client import HAClient
+from replication.master_slave.ha_service import HAService
+
+MASTER_ID = 0
+
+
+class MasterSlaveReplication:
+    """One node of a master-slave group: broker id 0 is the master, any other id a slave."""
+
+    def __init__(self, node: BrokerNode, config: Config, store: MessageStore, *, sync: bool) -> None:
+        self.node = node
+        self.mode = "sync" if sync else "async"
+        self.store = store
+        self.settings = config.replication
+        self.sync_timeout_s = config.store.sync_flush_timeout_ms / 1000
+        self.is_master = node.id == MASTER_ID
+        self.service = HAService(store, self.settings) if self.is_master else None
+        self.client = None if self.is_master else HAClient(store, self.settings)
+        self.master_addr: str | None = None
+        self._sync = sync
+        if not self.is_master:
+            store.set_read_only(f"broker {node.name} id {node.id} is a slave: send to its master (broker id 0)")
+
+    @property
+    def writable(self) -> bool:
+        return self.is_master
+
+    @property
+    def waits_for_replicas(self) -> bool:
+        return self._sync and self.is_master
+
+    @property
+    def master_missing(self) -> bool:
+        return self.client is not None and self.client.master_ha is None
+
+    async def serve(self, ha_listen: str, *, task_status: trio.TaskStatus[str | None] = trio.TASK_STATUS_IGNORED) -> None:
+        if self.service is not None:
+            await self.service.serve(ha_listen, task_status=task_status)
+            return
+        assert self.client is not None
+        task_status.started(None)
+        await self.client.run()
+
+    def master_learned(self, master_addr: str | None, ha_addr: str | None) -> None:
+        if self.client is None:
+            return
+        self.master_addr = master_addr or self.master_addr
+        self.client.set_master(ha_addr)
+
+    async def wait_replicated(self, end_offset: int) -> Replicated:
+        assert self.service is not None
+        if not slave_ok(self.service.links, self.store.commitlog.write_offset, self.settings.ha_slave_fallbehind_max):
+            return Replicated.NO_REPLICA
+        if await self.service.acks.wait(end_offset, self.sync_timeout_s):
+            return Replicated.OK
+        return Replicated.TIMEOUT
+
+    def runtime_info(self) -> dict[str, str]:
+        info = {"haMode": self.mode, "haRole": "master" if self.is_master else "slave"}
+        if self.service is not None:
+            info["haSlaves"] = orjson.dumps(self.service.status()).decode()
+        if self.client is not None:
+            info.update(haMasterAddr=self.master_addr or "", haMasterHaAddr=self.client.master_ha or "",
+                        haConnected=str(self.client.connected).lower(), haLocalAddr=self.client.local_addr or "",
+                        haRefused=self.client.refused or "", haTruncatedBytes=str(self.client.truncated_bytes))
+        return info
