@@ -12,6 +12,7 @@ import typer
 from core.errors import CoreError
 from mqctl import client_cmds, nodes_cmd
 from mqctl.bench import bench_app
+from mqctl.config_cmd import config_app
 from mqctl.consumer_cmd import consumer_app
 from mqctl.dump import dump
 from mqctl.errors import CliError
@@ -38,6 +39,7 @@ app.add_typer(consumer_app, name="consumer")
 app.add_typer(message_app, name="message")
 app.command("dump")(dump)
 app.add_typer(bench_app, name="bench")
+app.add_typer(config_app, name="config")
 
 
 def _version(value: bool) -> None:
