@@ -16,9 +16,11 @@ from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.store.message_store import PutResult
 from formats.batch import decode_batch
+from formats.compression import decompress
 from formats.msgid import encode_offset_msg_id
 from formats.properties import CLUSTER, DELAY, TRAN_MSG, WAIT, decode_properties
 from formats.record import MessageRecord
+from formats.sysflag import COMPRESSED, COMPRESSION_TYPE_MASK, compression_type
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker
@@ -62,7 +64,8 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
     base_props[CLUSTER] = broker.cluster
     try:
         if batch or header.batch:
-            items = decode_batch(request.body)
+            body, item_sysflag = _inflated_batch(request.body, header.sysflag)
+            items = decode_batch(body)
             if not items:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
             if _delayed(base_props):
@@ -82,7 +85,7 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
                     text += cluster_pair  # the item's own bytes, CLUSTER appended: no re-encode
                 props[CLUSTER] = broker.cluster
                 records.append(MessageRecord(
-                    header.topic, item.body, props, queue_id, item.flag, 0, 0, header.sysflag,
+                    header.topic, item.body, props, queue_id, item.flag, 0, 0, item_sysflag,
                     header.born_timestamp, born_host, 0, broker.store_host, header.reconsume_times,
                     properties_text=text))
         else:
@@ -148,6 +151,15 @@ def _sent(broker: Broker, request: RemotingCommand, queue_id: int, results: list
     return request.reply(code, ext_fields={
         "msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(results[0].queue_offset),
     })
+
+
+def _inflated_batch(body: bytes, sysflag: int) -> tuple[bytes, int]:
+    """A batch body and the sysflag its items are stored with. The C++ client compresses a
+    whole batch body over 4 KiB and flags the request; its items are stored inflated."""
+    kind = compression_type(sysflag)
+    if kind is None:
+        return body, sysflag
+    return decompress(body, kind), sysflag & ~(COMPRESSED | COMPRESSION_TYPE_MASK)
 
 
 def _delayed(props: dict[str, str]) -> bool:

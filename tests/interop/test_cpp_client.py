@@ -158,3 +158,12 @@ def test_cpp_broadcasting_consumers_of_one_group_each_get_every_message(cluster)
         assert_each_once_as_sent(mine, 200)
         assert {r["msg_id"] for r in mine} == {s["msg_id"] for s in sent}, f"consumer {n}"
         assert {r["queue_id"] for r in mine} == {0, 1, 2, 3}, "a broadcasting consumer reads every queue"
+
+
+def test_cpp_batch_over_4_kib_arrives_compressed_and_is_stored_inflated(cluster):
+    # the C++ client zlib-compresses a batch body over 4 KiB as a whole and flags the request
+    sent = cluster.cpp("produce-batch", cluster.namesrv, "BigBatch", "300", "100")
+    assert [(s["first"], s["status"]) for s in sent] == [(0, 0), (100, 0), (200, 0)]
+    got = cluster.cpp("consume", cluster.namesrv, "CID_big_batch", "BigBatch", "*", "300", "60")
+    by_idx = assert_each_once_as_sent(got, 300)
+    assert by_idx["250"]["body"] == "message 250 from the C++ client"
