@@ -3,11 +3,13 @@ cluster started with `mqctl start` on free loopback ports (stopped after the tes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,28 +76,41 @@ class Cluster:
         return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-@pytest.fixture
-def cluster(tmp_path, subprocess_env):
-    ns_port, broker_port = free_port(), free_port()
-    config = tmp_path / "conf.toml"
-    config.write_text(f"""
+def write_cluster_config(path: Path, *, broker_ids: tuple[int, ...] = (0,), mode: str = "async",
+                         store: str = "", broker: str = "") -> tuple[str, list[str]]:
+    """A conf.toml with one name server and broker group ``broker-a`` of ``broker_ids`` on free
+    loopback ports (``store`` and ``broker``: more lines for those tables); returns the name
+    server's and the brokers' addresses."""
+    ns_port = free_port()
+    brokers = [f"127.0.0.1:{free_port()}" for _ in broker_ids]
+    nodes = "".join(f'[[brokers]]\nname = "broker-a"\nid = {bid}\nlisten = "{addr}"\n'
+                    for bid, addr in zip(broker_ids, brokers, strict=True))
+    path.write_text(f"""
 [cluster]
 data_dir = "data"
 [store]
 segment_size_bytes = 8388608
 index_slots = 10007
 index_entries = 40000
+{store}
+[replication]
+mode = "{mode}"
 [broker]
 register_interval_ms = 2000
+{broker}
 [[nameservers]]
 name = "ns1"
 listen = "127.0.0.1:{ns_port}"
-[[brokers]]
-name = "broker-a"
-listen = "127.0.0.1:{broker_port}"
-""")
-    env = dict(subprocess_env, HOME=str(tmp_path))  # the C++ client logs under $HOME/logs
-    cluster = Cluster(config, f"127.0.0.1:{ns_port}", env)
+{nodes}""")
+    return f"127.0.0.1:{ns_port}", brokers
+
+
+@contextlib.contextmanager
+def running_cluster(tmp_path: Path, env: dict[str, str], **config: object) -> Iterator[Cluster]:
+    """A cluster started with ``mqctl start`` (see :func:`write_cluster_config`), stopped after."""
+    path = tmp_path / "conf.toml"
+    namesrv, _ = write_cluster_config(path, **config)  # type: ignore[arg-type]
+    cluster = Cluster(path, namesrv, dict(env, HOME=str(tmp_path)))  # the C++ client logs under $HOME/logs
     started = cluster.mqctl("start")
     assert started.returncode == 0, started.stderr
     try:
@@ -104,3 +119,17 @@ listen = "127.0.0.1:{broker_port}"
         stopped = cluster.mqctl("stop", timeout=60)
         if stopped.returncode != 0:
             cluster.mqctl("stop", "--force")
+
+
+@pytest.fixture
+def cluster(tmp_path, subprocess_env):
+    """One name server and one broker."""
+    with running_cluster(tmp_path, subprocess_env) as c:
+        yield c
+
+
+@pytest.fixture
+def master_slave(tmp_path, subprocess_env):
+    """One name server and broker group broker-a of a master (id 0) and a slave (id 1), async."""
+    with running_cluster(tmp_path, subprocess_env, broker_ids=(0, 1)) as c:
+        yield c

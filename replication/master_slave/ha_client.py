@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 RECEIVE_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 3.0
+FIRST_RETRY_S = 0.2
 
 
 class HAClient:
@@ -39,6 +40,7 @@ class HAClient:
         self.local_addr: str | None = None
         self.refused: str | None = None  # why this slave stopped replicating (a forked log)
         self.truncated_bytes = 0
+        self.links_made = 0
         self._window = VERIFY_WINDOW_BYTES
         self._master_changed = trio.Event()
         self._last_heard = 0.0
@@ -50,18 +52,23 @@ class HAClient:
             self._master_changed.set()
 
     async def run(self) -> None:
-        """Replicate until cancelled."""
-        retry_s = self.settings.ha_reconnect_interval_ms / 1000
+        """Replicate until cancelled. After a lost link the slave retries soon (a master being
+        restarted is back within seconds), then every ``ha_reconnect_interval_ms``."""
+        retry_max_s = self.settings.ha_reconnect_interval_ms / 1000
+        retry_s = FIRST_RETRY_S
         while True:
             if self.master_ha is None or self.refused is not None:
                 await self._master_changed.wait()
                 self._master_changed = trio.Event()
                 continue
+            was_connected = self.links_made
             again_at_once = await self._session(self.master_ha)
-            if not again_at_once:
-                with trio.move_on_after(retry_s):
-                    await self._master_changed.wait()
-                self._master_changed = trio.Event()
+            if again_at_once:
+                continue
+            retry_s = FIRST_RETRY_S if self.links_made > was_connected else min(retry_s * 2, retry_max_s)
+            with trio.move_on_after(retry_s):
+                await self._master_changed.wait()
+            self._master_changed = trio.Event()
 
     async def _session(self, address: str) -> bool:
         """One connection; True when the next one should start at once (verify further back)."""
@@ -78,6 +85,7 @@ class HAClient:
         try:
             self.local_addr = "{}:{}".format(*stream.socket.getsockname()[:2])
             self.connected = True
+            self.links_made += 1
             self._last_heard = trio.current_time()
             await stream.send_all(encode_report(session.request_offset))
             log.info("replicating from %s, starting at %d%s", address, session.request_offset,
