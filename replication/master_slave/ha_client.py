@@ -117,6 +117,7 @@ class HAClient:
                 return False
             self._last_heard = trio.current_time()
             appended = False
+            was_verifying = session.verifying  # a check that just ended is news for the master too
             for transfer in parser.feed(data):
                 for action in session.on_transfer(transfer):
                     if isinstance(action, Append):
@@ -139,7 +140,7 @@ class HAClient:
                         return False
             if not session.verifying:
                 self._window = VERIFY_WINDOW_BYTES
-            if appended or session.verifying:
+            if appended or was_verifying:
                 async with sending:
                     await stream.send_all(encode_report(session.ack_offset))
             if appended:
