@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import trio
 import typer
 
 from core.config import Config
-from mqctl import probe
+from mqctl import probe, replication_view, rolling
 from mqctl.context import load
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput
@@ -60,9 +61,14 @@ def start(ctx: typer.Context, nodes: NodeNames = None,
           as_json: JsonOutput = False) -> None:
     """Start the config's nodes in the background; returns once all of them serve."""
     config = load(ctx)
-    specs = nodes_of(config, nodes)
-    deadline = time.monotonic() + timeout
-    rows = []
+    rows = start_nodes(config, nodes_of(config, nodes), time.monotonic() + timeout)
+    print_rows(rows, ("node", "address", "pid", "state"), as_json=as_json)
+
+
+def start_nodes(config: Config, specs: list[NodeSpec], deadline: float) -> list[dict[str, object]]:
+    """Start those of ``specs`` not running (name servers first) and wait until they serve and
+    the brokers registered with the name servers; a row per node (what ``mqctl start`` prints)."""
+    rows: list[dict[str, object]] = []
     for kind in ("nameserver", "broker"):
         started = []
         for spec in (s for s in specs if s.kind == kind):
@@ -76,7 +82,7 @@ def start(ctx: typer.Context, nodes: NodeNames = None,
             rows.append({"node": spec.name, "address": spec.listen, "pid": pid, "state": "started"})
         if kind == "broker":
             _wait_registered(config, [s for s, _ in started], deadline)
-    print_rows(rows, ("node", "address", "pid", "state"), as_json=as_json)
+    return rows
 
 
 def stop_cmd(ctx: typer.Context, nodes: NodeNames = None,
@@ -91,32 +97,113 @@ def stop_cmd(ctx: typer.Context, nodes: NodeNames = None,
     print_rows(rows, ("node", "state"), as_json=as_json)
 
 
+def _restart_one(config: Config, spec: NodeSpec, timeout_s: float) -> dict[str, Any]:
+    """Stop ``spec`` (when it runs) and start it again; returns when it serves (and, for a
+    broker, has registered) within ``timeout_s`` of its start."""
+    was = stop(config, spec, force=False)
+    deadline = time.monotonic() + timeout_s
+    pid = spawn(config, spec)
+    _wait_serving(config, spec, pid, deadline)
+    if spec.kind == "broker":
+        _wait_registered(config, [spec], deadline)
+    return {"pid": pid, "state": "started" if was == "not running" else "restarted"}
+
+
 def restart(ctx: typer.Context, nodes: NodeNames = None,
-            timeout: Annotated[float, typer.Option(help="Seconds to wait for the nodes to serve.")] = START_TIMEOUT_S,
+            timeout: Annotated[float, typer.Option(help="Seconds each node may take to serve again and, for a "
+                                                   "slave, to catch up with its master.")] = START_TIMEOUT_S,
             as_json: JsonOutput = False) -> None:
-    """Stop then start nodes one at a time: name servers first (brokers register with them
-    when they start), then brokers."""
+    """Rolling restart, one node at a time: name servers first (then the brokers register with
+    them again), then per broker group its slaves, each waited for until its master has it
+    connected and caught up, then its master. A node that was not running is started."""
     config = load(ctx)
-    for spec in nodes_of(config, nodes):
-        stop(config, spec, force=False)
-        start(ctx, [spec.name], timeout=timeout, as_json=as_json)
+    order = rolling.restart_order(config, nodes_of(config, nodes))
+    waits_for_slaves = rolling.is_master_slave(config)
+    width = max((len(s.name) for s in order), default=0)
+
+    def progress(spec: NodeSpec, message: str) -> None:
+        if not as_json:
+            typer.echo(f"{spec.name.ljust(width)}  {message}")
+
+    for spec in order:
+        broker = config.broker_node(spec.name)
+        role = spec.kind if broker is None else ("master" if broker.id == rolling.MASTER_ID else "slave")
+        row: dict[str, Any] = {"node": spec.name, "role": role, "address": spec.listen}
+        if broker is not None and role == "master" and waits_for_slaves:
+            ready = rolling.wait_slaves_caught_up(config, broker, time.monotonic() + timeout)
+            if ready:
+                progress(spec, f"slaves caught up: {', '.join(ready)}")
+        progress(spec, "stopping" if running_pid(config, spec.name) is not None else "not running: starting")
+        row |= _restart_one(config, spec, timeout)
+        progress(spec, f"{row['state']} (pid {row['pid']})")
+        after: dict[str, Any] = {}
+        if broker is None:
+            # brokers come back on their next registration: allow one interval beyond the timeout
+            after = rolling.wait_brokers_registered(
+                config, spec, time.monotonic() + timeout + config.broker.register_interval_ms / 1000)
+        elif waits_for_slaves and role == "slave":
+            after = rolling.wait_caught_up(config, broker, time.monotonic() + timeout)
+        elif waits_for_slaves and rolling.slaves_of(config, broker):
+            after = rolling.wait_slaves_connected(config, broker, time.monotonic() + timeout)
+        if after:
+            progress(spec, after["note"])
+        row |= after
+        if as_json:
+            typer.echo(json.dumps(row))
+
+
+def _runtime_infos(specs: list[NodeSpec]) -> dict[str, dict[str, str] | None]:
+    """Every listed broker's runtime table, asked all at once."""
+    infos: dict[str, dict[str, str] | None] = {}
+
+    async def ask(spec: NodeSpec) -> None:
+        infos[spec.name] = await probe.runtime_info(spec.listen)
+
+    async def ask_all() -> None:
+        async with trio.open_nursery() as nursery:
+            for spec in specs:
+                nursery.start_soon(ask, spec)
+
+    trio.run(ask_all)
+    return infos
 
 
 def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
-    """Each node: role, address, pid, whether it serves, its CommitLog max offset."""
+    """Each node: role, address, pid, whether it serves, its CommitLog max offset; with
+    replication, per master its mode and connected slaves, per slave whether its master has it
+    connected, the offset acknowledged and the lag in bytes and seconds."""
     config = load(ctx)
+    specs = nodes_of(config)
+    pids = {s.name: running_pid(config, s.name) for s in specs}
+    alive = {s.name: pids[s.name] is not None and trio.run(probe.serves, s.listen) for s in specs}
+    infos = _runtime_infos([s for s in specs if s.kind == "broker" and alive[s.name]])
+    mode = config.replication.mode
     rows = []
-    for spec in nodes_of(config):
-        pid = running_pid(config, spec.name)
-        serving = pid is not None and trio.run(probe.serves, spec.listen)
-        row = {"node": spec.name, "role": spec.kind, "address": spec.listen, "pid": pid,
-               "alive": serving, "max_offset": None}
-        if spec.kind == "broker":
-            broker = config.broker_node(spec.name)
-            row["role"] = "master" if broker is not None and broker.id == 0 else "slave"
-            if serving:
-                info = trio.run(probe.runtime_info, spec.listen)
-                if info is not None:
-                    row["max_offset"] = int(info.get("commitLogMaxOffset", 0))
+    for spec in specs:
+        info = infos.get(spec.name)
+        row: dict[str, Any] = {"node": spec.name, "role": spec.kind, "address": spec.listen,
+                               "pid": pids[spec.name], "alive": alive[spec.name], "max_offset": None}
+        broker = config.broker_node(spec.name)
+        if broker is None:
+            row |= replication_view.nameserver_fields(alive[spec.name])
+        elif broker.id == rolling.MASTER_ID:
+            row |= {"role": "master", "max_offset": _max_offset(info)}
+            row |= replication_view.master_fields(info, alive=alive[spec.name], mode_configured=mode,
+                                                  slaves_configured=len(rolling.slaves_of(config, broker)))
+        else:
+            master = rolling.master_of(config, broker)
+            row |= {"role": "slave", "max_offset": _max_offset(info)}
+            row |= replication_view.slave_fields(info, None if master is None else infos.get(master.node),
+                                                 alive=alive[spec.name], mode_configured=mode)
         rows.append(row)
-    print_rows(rows, ("node", "role", "address", "pid", "alive", "max_offset"), as_json=as_json)
+    columns: tuple[str, ...] = ("node", "role", "address", "pid", "alive", "max_offset")
+    if as_json:
+        print_rows(rows, columns + replication_view.FIELDS, as_json=True)
+    elif any(b.id != rolling.MASTER_ID for b in config.brokers):  # replication columns only where there is some
+        print_rows([replication_view.table_cells(r) for r in rows], columns + replication_view.COLUMNS, as_json=False)
+    else:
+        print_rows(rows, columns, as_json=False)
+
+
+def _max_offset(info: dict[str, str] | None) -> int | None:
+    return int(info.get("commitLogMaxOffset", 0)) if info is not None else None
