@@ -10,6 +10,9 @@ from pathlib import Path
 
 import trio
 
+from core.client.pull import broker_address, pull
+from core.client.route import MessageQueue
+from core.client.runtime import open_client
 from mqctl import probe
 from tests.conftest import Cluster, running_cluster
 
@@ -120,3 +123,34 @@ def test_swapping_async_to_sync_and_back_loses_nothing_and_consumers_resume(mast
     wait_slave_caught_up(nodes["broker-a-0"], nodes["broker-a-1"])
     everything = tail_json(master_slave, "Swap", "--group", "audit", "--from-beginning", "--count", "100")
     assert sorted(r["body"] for r in everything) == sorted(["before"] * 60 + ["after sync"] * 20 + ["after async"] * 20)
+
+
+def test_slave_read_enable_sends_cold_reads_to_the_slave_and_the_slave_sends_them_back(tmp_path, subprocess_env):
+    with running_cluster(tmp_path, subprocess_env, broker_ids=(0, 1),
+                         broker="slave_read_enable = true\ncold_read_lag_bytes = 2000") as cluster:
+        assert cluster.mqctl("topic", "create", "Cold", "--queues", "1").returncode == 0
+        assert cluster.mqctl("send", "Cold", "x" * 200, "--count", "40").returncode == 0
+        nodes = broker_addresses(cluster)
+        wait_slave_caught_up(nodes["broker-a-0"], nodes["broker-a-1"])
+
+        async def read() -> list[tuple[str, int, int]]:
+            """(node asked, messages, broker id suggested next) for four pulls of 10."""
+            seen = []
+            async with open_client([cluster.namesrv]) as runtime:
+                mq = MessageQueue("Cold", "broker-a", 0)
+                offset = 0
+                for _ in range(4):
+                    asked = await broker_address(runtime, mq, runtime.pull_from.get(mq, 0))
+                    result = await pull(runtime, "cold-readers", mq, offset, max_nums=10)
+                    offset = result.next_offset
+                    seen.append((asked, len(result.messages), runtime.pull_from.get(mq, 0)))
+            return seen
+
+        first, second, third, last = trio.run(read)
+        # far behind the end: the master answers and points at the slave
+        assert first == (nodes["broker-a-0"], 10, 1)
+        # the slave serves the next pull; still far behind, so it keeps the queue
+        assert second == (nodes["broker-a-1"], 10, 1)
+        assert third == (nodes["broker-a-1"], 10, 1)
+        # caught up to the end: the slave sends the consumer back to the master
+        assert last == (nodes["broker-a-1"], 10, 0)
