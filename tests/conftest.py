@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from core.config import StoreConfig
+from mqctl.bench_clusters import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,20 +43,6 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 INTEROP = Path(__file__).parent / "interop"
-
-
-def free_port() -> int:
-    """A port free for this and the next one (a broker's HA port is its port + 1)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
 
 
 @dataclass

@@ -38,3 +38,22 @@ def test_bench_produce_both_apis_then_consume_count_every_message(cluster):
     assert consumed.returncode == 0, consumed.stderr
     # the warm-up send of each worker run is stored too: 5 produce runs' workers sent one each
     assert json.loads(consumed.stdout)["messages"] == 3000 * 2 + 200 + 5
+
+
+def test_bench_replication_runs_every_setup_and_the_slaves_catch_up(tmp_path, subprocess_env):
+    out = subprocess.run(
+        [sys.executable, "-m", "mqctl", "bench", "replication", "--messages", "2000", "--rounds", "1",
+         "--dir", str(tmp_path), "--json"],
+        check=False, capture_output=True, text=True, env=subprocess_env, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [run["setup"] for run in result["runs"]] == ["single", "async", "sync"]
+    assert all(run["messages"] == 2000 and run["msgs_per_s"] > 0 for run in result["runs"])
+    for run in result["runs"][1:]:
+        # the slave holds the master's whole log: 2000 messages and the worker's warm-up send
+        assert run["caught_up"] and run["slave_offset"] == run["master_offset"] > 2000 * 1024
+        assert run["slave_linked_throughout"] and set(run["cpu_us_per_msg"]) == {"master", "slave"}
+    assert set(result["median"]) == {"single", "async", "sync"} and len(result["round_ratios"]) == 1
+    assert result["async_to_single"] > 0 and result["sync_to_async"] > 0 and result["slaves_caught_up"]
+    assert list(tmp_path.iterdir()) == [], "bench must stop its clusters and delete their folders"
