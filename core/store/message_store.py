@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import struct
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from formats.consume_queue import CQEntry
 from formats.errors import RecordError
 from formats.properties import TAGS as TAGS_PROPERTY
 from formats.properties import index_keys
-from formats.record import MessageRecord, decode_record, is_blank, prepare_record
+from formats.record import BLANK_MAGIC, BLANK_SIZE, MessageRecord, decode_record, is_blank, prepare_record
 from formats.sysflag import TRANSACTION_PREPARED as TRANSACTION_HALF_BIT
 from formats.sysflag import is_dispatched
 from formats.tags import tags_code
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 
 LARGE_READ_BYTES = 64 * 1024
 DISPATCH_BATCH_MAX = 1024
+_SIZE_AND_MAGIC = struct.Struct(">ii")  # a record's (or BLANK's) first two fields
 ABORT_FILE = "abort"
 CHECKPOINT_FILE = "checkpoint"
 
@@ -319,25 +321,41 @@ class MessageStore:
         """Dispatch every record that replicated bytes completed; returns how many. A chunk
         may end inside a record: that one waits for the chunk holding its end."""
         log_ = self.commitlog
+        log_end = log_.write_offset
         reput = self.reput_offset
+        queues = self.queues.queues
+        index_on = self._index_enabled
+        pending = self._pending
         count = 0
-        while reput < log_.write_offset:
-            end = log_.complete_record_end(reput)
-            if end == reput:
-                break  # the rest of this record comes with the next chunk
+        while reput < log_end:  # a segment at a time: the hot loop reads its map directly
             seg = log_.segment_of(reput)
-            assert seg is not None
-            if not is_blank(seg.view, reput - seg.start):
-                rec = decode_record(seg.view, reput - seg.start, limit=end - seg.start, check_crc=False,
-                                    with_body=False)
-                cq = self.queues.get_or_create(rec.topic, rec.queue_id) if is_dispatched(rec.sysflag) else None
-                keys = index_keys(rec.properties) if self._index_enabled else None
+            if seg is None:
+                break
+            view, base = seg.view, seg.start
+            limit = min(log_end, seg.end) - base
+            pos = reput - base
+            while limit - pos >= BLANK_SIZE:
+                total, magic = _SIZE_AND_MAGIC.unpack_from(view, pos)
+                if magic == BLANK_MAGIC:
+                    pos = seg.size  # the rest of the segment is padding
+                    break
+                if total > limit - pos:
+                    break  # the rest of this record comes with the next chunk
+                rec = decode_record(view, pos, limit=pos + total, check_crc=False, with_body=False)
+                cq = None
+                if is_dispatched(rec.sysflag):
+                    cq = queues.get((rec.topic, rec.queue_id)) or self.queues.get_or_create(rec.topic, rec.queue_id)
+                keys = index_keys(rec.properties) if index_on else None
                 if keys:
                     self.index.reserve(len(keys))
-                self._pending.append((rec, cq, reput, rec.total_size, rec.queue_offset, rec.store_timestamp, keys))
-                self._last_store_ts = rec.store_timestamp
+                pending.append((rec, cq, base + pos, total, rec.queue_offset, rec.store_timestamp, keys))
                 count += 1
-            reput = end
+                pos += total
+            if base + pos == reput:
+                break
+            reput = base + pos
+        if count:
+            self._last_store_ts = pending[-1][5]
         self.dispatch_pending()
         self.reput_offset = reput
         return count
