@@ -18,6 +18,7 @@ from core.errors import ConfigError
 FlushMode = Literal["async", "sync"]
 ReplicationMode = Literal["async", "sync", "dledger"]
 MiB = 1024 * 1024
+MASTER_ID = 0  # a broker group's master; other ids are its slaves (RocketMQ's MixAll.MASTER_ID)
 GiB = 1024 * MiB
 
 
@@ -194,6 +195,10 @@ class BrokerNode:
         _check_listen("broker", self.name, self.listen)
         if self.id < 0:
             raise ConfigError(f"broker {self.name!r}: id must be >= 0")
+
+    @property
+    def is_master(self) -> bool:
+        return self.id == MASTER_ID
 
     @property
     def node(self) -> str:

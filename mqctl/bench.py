@@ -328,7 +328,7 @@ def _replicated_run(directory: Path, setup: str, round_no: int, worker_args: dic
         if caught is not None:
             elapsed = time.monotonic() - since
             links = bench_clusters.slave_links(cluster)
-            linked_s = max((float(link["connectedSeconds"]) for link in links), default=0.0)  # type: ignore[arg-type]
+            linked_s = max((link.connected_seconds for link in links), default=0.0)
             row.update(caught_up=caught.caught_up, master_offset=caught.master_offset,
                        slave_offset=caught.slave_offset, catch_up_s=round(caught.seconds, 2),
                        # a link that dropped mid-run would let sync sends answer SLAVE_NOT_AVAILABLE

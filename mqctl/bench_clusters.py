@@ -14,16 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
 import trio
 
 from core.config import Config, load_config
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
-from mqctl import probe
+from mqctl import probe, replication_view
 from mqctl.errors import CliError
 from mqctl.nodes_cmd import start_nodes
 from mqctl.processes import START_TIMEOUT_S, nodes_of, running_pid, stop
+from mqctl.replication_view import SlaveLink
 
 SETUPS = ("single", "async", "sync")  # one broker; a master and a slave, async; the same, sync
 GROUP = "bench"
@@ -119,10 +119,9 @@ def _runtime(address: str) -> dict[str, str]:
     return trio.run(probe.runtime_info, address) or {}
 
 
-def slave_links(cluster: BenchCluster) -> list[dict[str, object]]:
-    """The master's view of its connected slaves (GET_BROKER_RUNTIME_INFO's ``haSlaves``)."""
-    links: list[dict[str, object]] = orjson.loads(_runtime(cluster.master).get("haSlaves") or "[]")
-    return links
+def slave_links(cluster: BenchCluster) -> list[SlaveLink]:
+    """The master's view of its connected slaves."""
+    return replication_view.slave_links(_runtime(cluster.master))
 
 
 def wait_slave_linked(cluster: BenchCluster, timeout_s: float) -> None:

@@ -127,7 +127,7 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
 
     for spec in order:
         broker = config.broker_node(spec.name)
-        role = spec.kind if broker is None else ("master" if broker.id == rolling.MASTER_ID else "slave")
+        role = spec.kind if broker is None else ("master" if broker.is_master else "slave")
         row: dict[str, Any] = {"node": spec.name, "role": role, "address": spec.listen}
         if broker is not None and role == "master" and waits_for_slaves:
             ready = rolling.wait_slaves_caught_up(config, broker, time.monotonic() + timeout)
@@ -186,7 +186,7 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
         broker = config.broker_node(spec.name)
         if broker is None:
             row |= replication_view.nameserver_fields(alive[spec.name])
-        elif broker.id == rolling.MASTER_ID:
+        elif broker.is_master:
             row |= {"role": "master", "max_offset": _max_offset(info)}
             row |= replication_view.master_fields(info, alive=alive[spec.name], mode_configured=mode,
                                                   slaves_configured=len(rolling.slaves_of(config, broker)))
@@ -199,7 +199,7 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     columns: tuple[str, ...] = ("node", "role", "address", "pid", "alive", "max_offset")
     if as_json:
         print_rows(rows, columns + replication_view.FIELDS, as_json=True)
-    elif any(b.id != rolling.MASTER_ID for b in config.brokers):  # replication columns only where there is some
+    elif any(not b.is_master for b in config.brokers):  # replication columns only where there is some
         print_rows([replication_view.table_cells(r) for r in rows], columns + replication_view.COLUMNS, as_json=False)
     else:
         print_rows(rows, columns, as_json=False)

@@ -31,6 +31,7 @@ class SlaveLink:
     ack_offset: int
     lag_bytes: int
     lag_seconds: float
+    connected_seconds: float
 
 
 def slave_links(master: RuntimeInfo | None) -> list[SlaveLink]:
@@ -39,8 +40,8 @@ def slave_links(master: RuntimeInfo | None) -> list[SlaveLink]:
         return []
     try:
         entries = json.loads(master.get("haSlaves") or "[]")
-        return [SlaveLink(str(e["addr"]), int(e["ackOffset"]), int(e["lagBytes"]), float(e["lagSeconds"]))
-                for e in entries]
+        return [SlaveLink(str(e["addr"]), int(e["ackOffset"]), int(e["lagBytes"]), float(e["lagSeconds"]),
+                          float(e["connectedSeconds"])) for e in entries]
     except (ValueError, TypeError, KeyError):  # not our node's shape: claim no link rather than guess
         return []
 

@@ -22,7 +22,6 @@ from mqctl.processes import NodeSpec, running_pid
 from mqctl.replication_view import RuntimeInfo, caught_up, link_of, refused
 
 POLL_S = 0.1
-MASTER_ID = 0
 MASTER_SLAVE_MODES = ("async", "sync")
 
 
@@ -32,7 +31,7 @@ def restart_order(config: Config, specs: list[NodeSpec]) -> list[NodeSpec]:
     by_name = {s.name: s for s in specs}
     order = [s for s in specs if s.kind == "nameserver"]
     for group in dict.fromkeys(b.name for b in config.brokers):
-        members = sorted((b for b in config.brokers if b.name == group), key=lambda b: (b.id == MASTER_ID, b.id))
+        members = sorted((b for b in config.brokers if b.name == group), key=lambda b: (b.is_master, b.id))
         order += [by_name[b.node] for b in members if b.node in by_name]
     return order
 
@@ -43,11 +42,11 @@ def is_master_slave(config: Config) -> bool:
 
 
 def master_of(config: Config, slave: BrokerNode) -> BrokerNode | None:
-    return next((b for b in config.brokers if b.name == slave.name and b.id == MASTER_ID), None)
+    return next((b for b in config.brokers if b.name == slave.name and b.is_master), None)
 
 
 def slaves_of(config: Config, master: BrokerNode) -> list[BrokerNode]:
-    return [b for b in config.brokers if b.name == master.name and b.id != MASTER_ID]
+    return [b for b in config.brokers if b.name == master.name and not b.is_master]
 
 
 def _info(node: BrokerNode) -> RuntimeInfo | None:

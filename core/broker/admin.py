@@ -63,6 +63,7 @@ def runtime_info(broker: Broker, request: RemotingCommand, conn: Connection) -> 
         "consumerGroupCount": str(len(broker.clients.consumers)), "heldPulls": str(broker.hold.parked),
         "flushMode": store.config.flush, "replicationMode": broker.replication_mode,
         "pid": str(broker.pid),
+        "masterAddr": broker.master_addr or "",
         **broker.replication.runtime_info(),
     }
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))

@@ -24,7 +24,7 @@ from core.broker.send import handle_send
 from core.broker.send_back import handle_send_back
 from core.broker.topics import TopicConfig, TopicTable
 from core.broker.transaction_service import TransactionService
-from core.config import BrokerNode, Config
+from core.config import MASTER_ID, BrokerNode, Config
 from core.errors import RemotingError
 from core.remoting.client import split_address
 from core.remoting.codes import RequestCode, ResponseCode
@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[["Broker", RemotingCommand, Connection], Reply]
 
-MASTER_ID = 0
 SLAVE_READ_ID = 1  # RocketMQ's whichBrokerWhenConsumeSlowly
 MEMORY_READ_RATIO = 0.40  # RocketMQ's accessMessageInMemoryMaxRatio
 

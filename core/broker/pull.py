@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from core.broker.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
+from core.config import MASTER_ID
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -16,8 +17,6 @@ from formats.tags import subscription_codes
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker
-
-MASTER_ID = 0
 
 
 @dataclass(frozen=True, slots=True)

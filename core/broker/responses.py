@@ -10,9 +10,7 @@ from formats.errors import FormatError
 
 def response_code(exc: Exception) -> tuple[int, str]:
     """The response code and remark for an error met while handling a request."""
-    if isinstance(exc, DiskFullError):
-        return ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}"
-    if isinstance(exc, ReadOnlyStoreError):
+    if isinstance(exc, (DiskFullError, ReadOnlyStoreError)):
         return ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}"
     if isinstance(exc, StoreClosedError):
         return ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now: the store is shutting down"

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-MASTER_ID = 0
+from core.config import MASTER_ID
+
 PERM_READ = 4
 PERM_WRITE = 2
 _UNQUOTED_KEY = re.compile(rb"([{,])(-?\d+):")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-MASTER_ID = 0
+from core.config import MASTER_ID
 
 
 @dataclass(slots=True)

@@ -13,8 +13,6 @@ from replication.master_slave.acks import slave_ok
 from replication.master_slave.ha_client import HAClient
 from replication.master_slave.ha_service import HAService
 
-MASTER_ID = 0
-
 
 class MasterSlaveReplication:
     """One node of a master-slave group: broker id 0 is the master, any other id a slave."""
@@ -25,10 +23,9 @@ class MasterSlaveReplication:
         self.store = store
         self.settings = config.replication
         self.sync_timeout_s = config.store.sync_flush_timeout_ms / 1000
-        self.is_master = node.id == MASTER_ID
+        self.is_master = node.is_master
         self.service = HAService(store, self.settings) if self.is_master else None
         self.client = None if self.is_master else HAClient(store, self.settings)
-        self.master_addr: str | None = None
         self._sync = sync
         if not self.is_master:
             store.set_read_only(f"broker {node.name} id {node.id} is a slave: send to its master (broker id 0)")
@@ -54,10 +51,8 @@ class MasterSlaveReplication:
         await self.client.run()
 
     def master_learned(self, master_addr: str | None, ha_addr: str | None) -> None:
-        if self.client is None:
-            return
-        self.master_addr = master_addr or self.master_addr
-        self.client.set_master(ha_addr)
+        if self.client is not None:
+            self.client.set_master(ha_addr)
 
     async def wait_replicated(self, end_offset: int) -> Replicated:
         assert self.service is not None
@@ -72,7 +67,7 @@ class MasterSlaveReplication:
         if self.service is not None:
             info["haSlaves"] = orjson.dumps(self.service.status()).decode()
         if self.client is not None:
-            info.update(haMasterAddr=self.master_addr or "", haMasterHaAddr=self.client.master_ha or "",
+            info.update(haMasterHaAddr=self.client.master_ha or "",
                         haConnected=str(self.client.connected).lower(), haLocalAddr=self.client.local_addr or "",
                         haRefused=self.client.refused or "", haTruncatedBytes=str(self.client.truncated_bytes))
         return info
