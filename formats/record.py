@@ -38,6 +38,7 @@ import ipaddress
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from formats import sysflag as sf
 from formats.buffers import ReadableBytes, WritableBytes
@@ -360,6 +361,58 @@ def decode_record(
         topic, body if with_body else b"", props, queue_id, flag, queue_offset, phys_offset, flags,
         born_ts, born_host, store_ts, store_host, reconsume, prepared, crc, magic, total,
     )
+
+
+# TOTALSIZE, MAGIC, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP and the body length of a
+# record with IPv4 hosts: what dispatch needs from the 88-byte head.
+_DISPATCH_HEAD_V4 = struct.Struct(">ii4xi4xq8xi16xq20xi")
+
+
+class DispatchFields(NamedTuple):
+    """The fields of a record its ConsumeQueue and key-index entries are made of."""
+
+    total_size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    sysflag: int
+    store_timestamp: int
+    properties: dict[str, str]
+
+
+def decode_dispatch_fields(buf: ReadableBytes, pos: int, limit: int) -> DispatchFields:
+    """The :class:`DispatchFields` of the record at ``pos`` (ending by ``limit``), checked as
+    :func:`decode_record` checks them, skipping the body, hosts and CRC: a replica dispatching
+    its master's records pays about half of a full decode."""
+    if limit - pos < 88:
+        return _dispatch_fields_of(decode_record(buf, pos, limit=limit, check_crc=False, with_body=False))
+    total, magic, queue_id, queue_offset, flags, store_ts, body_len = _DISPATCH_HEAD_V4.unpack_from(buf, pos)
+    if flags & _V6_BITS or magic not in (MAGIC_V1, MAGIC_V2) or not RECORD_SIZE_MIN <= total <= limit - pos:
+        return _dispatch_fields_of(decode_record(buf, pos, limit=limit, check_crc=False, with_body=False))
+    end = pos + total
+    p = pos + 88 + body_len
+    if magic == MAGIC_V1:
+        topic_len = buf[p] if body_len >= 0 and p < end else -1
+        p += 1
+    else:
+        topic_len = _I16.unpack_from(buf, p)[0] if body_len >= 0 and p + 2 <= end else -1
+        p += 2
+    if topic_len <= 0 or p + topic_len + 2 > end:
+        return _dispatch_fields_of(decode_record(buf, pos, limit=limit, check_crc=False, with_body=False))
+    props_at = p + topic_len + 2
+    if _I16.unpack_from(buf, props_at - 2)[0] != end - props_at:
+        return _dispatch_fields_of(decode_record(buf, pos, limit=limit, check_crc=False, with_body=False))
+    try:
+        topic = _topic_text(bytes(buf[p : p + topic_len]))
+        props = decode_properties(bytes(buf[props_at:end]).decode()) if end > props_at else {}
+    except UnicodeDecodeError:
+        raise RecordError("topic or properties are not UTF-8", pos) from None
+    return DispatchFields(total, topic, queue_id, queue_offset, flags, store_ts, props)
+
+
+def _dispatch_fields_of(rec: MessageRecord) -> DispatchFields:
+    return DispatchFields(rec.total_size, rec.topic, rec.queue_id, rec.queue_offset, rec.sysflag,
+                          rec.store_timestamp, rec.properties)
 
 
 def record_size(buf: bytes | WritableBytes, pos: int = 0) -> int:

@@ -48,8 +48,16 @@ from formats.archive import archive_segment
 from formats.consume_queue import CQEntry
 from formats.errors import RecordError
 from formats.properties import TAGS as TAGS_PROPERTY
-from formats.properties import index_keys
-from formats.record import BLANK_MAGIC, BLANK_SIZE, MessageRecord, decode_record, is_blank, prepare_record
+from formats.properties import UNIQ_KEY, index_keys, message_keys
+from formats.record import (
+    BLANK_MAGIC,
+    BLANK_SIZE,
+    MessageRecord,
+    decode_dispatch_fields,
+    decode_record,
+    is_blank,
+    prepare_record,
+)
 from formats.sysflag import TRANSACTION_PREPARED as TRANSACTION_HALF_BIT
 from formats.sysflag import is_dispatched
 from formats.tags import tags_code
@@ -316,18 +324,28 @@ class MessageStore:
             raise StoreClosedError("the store is not open")
         self.commitlog.append_replicated(offset, data)
         self.reput_offset = max(self.reput_offset, self.commitlog.min_offset)  # a log that began mid-way
+        if self._populated_until - (offset + len(data)) < self._prefault_half_window:
+            self._prefault_wanted.set()  # as for a put: fault the pages ahead in a thread, not here
 
     def dispatch_replicated(self) -> int:
         """Dispatch every record that replicated bytes completed; returns how many. A chunk
-        may end inside a record: that one waits for the chunk holding its end."""
+        may end inside a record: that one waits for the chunk holding its end.
+
+        A replica's hot loop: it reads the map a segment at a time, decodes only the fields
+        its queue and index entries need, and writes those entries as it goes (no pending list:
+        a replica puts nothing of its own)."""
+        self.dispatch_pending()
         log_ = self.commitlog
         log_end = log_.write_offset
         reput = self.reput_offset
         queues = self.queues.queues
         index_on = self._index_enabled
-        pending = self._pending
+        delay_levels = self._delay_levels_ms
+        index_entries: list[tuple[int, int, int]] = []
+        requests: list[DispatchRequest] | None = [] if self._notify_dispatch else None
         count = 0
-        while reput < log_end:  # a segment at a time: the hot loop reads its map directly
+        stamp = 0
+        while reput < log_end:
             seg = log_.segment_of(reput)
             if seg is None:
                 break
@@ -341,23 +359,33 @@ class MessageStore:
                     break
                 if total > limit - pos:
                     break  # the rest of this record comes with the next chunk
-                rec = decode_record(view, pos, limit=pos + total, check_crc=False, with_body=False)
-                cq = None
-                if is_dispatched(rec.sysflag):
-                    cq = queues.get((rec.topic, rec.queue_id)) or self.queues.get_or_create(rec.topic, rec.queue_id)
-                keys = index_keys(rec.properties) if index_on else None
+                total, topic, queue_id, queue_offset, sysflag, stamp, props = decode_dispatch_fields(
+                    view, pos, pos + total)
+                phys = base + pos
+                tags = (tags_code(props.get(TAGS_PROPERTY)) if topic != SCHEDULE_TOPIC else
+                        record_tags_code(topic, props, stamp, delay_levels))
+                if is_dispatched(sysflag):
+                    cq = queues.get((topic, queue_id)) or self.queues.get_or_create(topic, queue_id)
+                    cq.put_entry(queue_offset, phys, total, tags)
+                keys = index_keys(props) if index_on else None
                 if keys:
-                    self.index.reserve(len(keys))
-                pending.append((rec, cq, base + pos, total, rec.queue_offset, rec.store_timestamp, keys))
+                    index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
+                if requests is not None:
+                    requests.append(DispatchRequest(topic, queue_id, queue_offset, phys, total, tags, stamp,
+                                                    sysflag, tuple(message_keys(props)), props.get(UNIQ_KEY)))
                 count += 1
                 pos += total
             if base + pos == reput:
                 break
             reput = base + pos
+        if index_entries:
+            self.index.ensure_room(1)
+            self.index.put_many(index_entries)
         if count:
-            self._last_store_ts = pending[-1][5]
-        self.dispatch_pending()
+            self._last_store_ts = self._last_dispatch_ts = stamp
         self.reput_offset = reput
+        if requests and self.plugins is not None:
+            self.plugins.records_dispatched(self.root, DispatchBatch.of_requests(requests))
         return count
 
     def truncate_replica(self, end: int) -> int:

@@ -13,6 +13,7 @@ from formats.properties import decode_properties, encode_properties
 from formats.record import (
     BLANK_MAGIC,
     MessageRecord,
+    decode_dispatch_fields,
     decode_record,
     decode_records,
     encode_blank,
@@ -114,6 +115,35 @@ def test_record_round_trip(topic, body, properties, queue_id, flag, queue_offset
             back.prepared_tx_offset) == (born_ts, store_ts, reconsume, prepared)
     assert bytes(encode_record(back)) == bytes(raw)
     assert (len(topic.encode()) > 127) == (back.magic == -626843477)
+
+
+@settings(max_examples=200)
+@given(topic=topics, body=st.binary(max_size=300), properties=props, queue_id=i32, queue_offset=i64,
+       sysflag=st.integers(0, 0x7FF).map(lambda f: f & ~0x30), store_ts=i64, born=hosts_any, store=hosts_any)
+def test_dispatch_fields_agree_with_the_full_decode(topic, body, properties, queue_id, queue_offset, sysflag,
+                                                    store_ts, born, store):
+    raw = b"pad" + bytes(encode_record(MessageRecord(
+        topic=topic, body=body, properties=properties, queue_id=queue_id, queue_offset=queue_offset,
+        sysflag=sysflag, store_timestamp=store_ts, born_host=born, store_host=store)))
+    full = decode_record(raw, 3)
+    fields = decode_dispatch_fields(raw, 3, len(raw))
+    assert fields == (full.total_size, full.topic, full.queue_id, full.queue_offset, full.sysflag,
+                      full.store_timestamp, full.properties)
+
+
+@pytest.mark.parametrize("mutate, reason", [
+    (lambda b: b[:4] + b"\0\0\0\0" + b[8:], "bad magic"),
+    (lambda b: struct.pack(">i", 50) + b[4:], "below minimum"),
+    (lambda b: struct.pack(">i", len(b) + 10) + b[4:], "runs past the end"),
+    (lambda b: b[:84] + struct.pack(">i", 5000) + b[88:], "body length"),
+    (lambda b: b[:84] + struct.pack(">i", -1) + b[88:], "body length"),
+    (lambda b: b[:-6] + struct.pack(">h", 9) + b[-4:], "properties length"),  # props "A\x01b\x02"
+])
+def test_dispatch_fields_reject_damage_as_the_full_decode_does(mutate, reason):
+    raw = bytes(encode_record(MessageRecord(topic="Topic", body=b"hello world", properties={"A": "b"})))
+    bad = mutate(raw)
+    with pytest.raises(RecordError, match=reason):
+        decode_dispatch_fields(bad, 0, len(bad))
 
 
 @given(body=st.binary(max_size=5000),
