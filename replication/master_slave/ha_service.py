@@ -41,6 +41,7 @@ class HAService:
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._note_growth)
+            nursery.start_soon(self.acks.tick)
             task_status.started(f"{host}:{bound}")
             await trio.serve_listeners(self._serve_slave, listeners)
 
