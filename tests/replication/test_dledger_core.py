@@ -1,0 +1,250 @@
+"""The sans-IO raft core, one rule at a time: scripted inputs, no sockets, no clock."""
+
+from __future__ import annotations
+
+import random
+
+from formats.dledger import MAGIC_NOOP
+from replication.dledger.dispatcher import DispatchState, EntryDispatcher, PushLimits
+from replication.dledger.entry_handler import EntryHandler
+from replication.dledger.messages import (
+    Code,
+    PushEntry,
+    PushKind,
+    PushResponse,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
+from replication.dledger.quorum import QuorumAckChecker
+from replication.dledger.raft_log import Entry, MemoryLog
+from replication.dledger.raft_node import RaftNode, RaftSettings, Role
+
+PEERS = ("a", "b", "c")
+
+
+def log_of(*terms: int) -> MemoryLog:
+    return MemoryLog([Entry(i, t, f"e{i}".encode()) for i, t in enumerate(terms)])
+
+
+# ------------------------------------------------------------------ quorum
+
+
+def test_an_old_term_entry_held_by_a_majority_is_not_committed_by_counting_alone():
+    log = log_of(1, 2, 4)  # leader of term 4; entry 1 is from term 2
+    q = QuorumAckChecker("a", PEERS, 4, wait_ack_timeout_s=1.0)
+    q.start_term(4, commit_index=0)
+    q.add(proposal=7, index=2, now=0.0)
+    q.ack("a", 4, 2)
+    q.ack("b", 4, 1)  # a majority holds entry 1 (term 2), only the leader entry 2
+    assert q.advance(log, 0.1) == [] and q.commit_index == 0  # DLedger 0.2.x would say 1
+    q.ack("b", 4, 2)
+    done = q.advance(log, 0.2)
+    assert q.commit_index == 2  # entry 1 commits with the current term's entry after it
+    assert [(c.proposal, c.code, c.index) for c in done] == [(7, Code.SUCCESS, 2)]
+
+
+def test_waiting_appends_time_out_and_end_with_the_term():
+    log = log_of(3, 3, 3)
+    q = QuorumAckChecker("a", PEERS, 3, wait_ack_timeout_s=1.0)
+    q.start_term(3, -1)
+    q.add(1, 0, now=0.0)
+    q.add(2, 1, now=0.5)
+    assert [c.code for c in q.advance(log, 1.0)] == [Code.WAIT_QUORUM_ACK_TIMEOUT]
+    assert q.next_deadline() == 1.5
+    assert [(c.proposal, c.code) for c in q.start_term(4, -1)] == [(2, Code.TERM_CHANGED)]
+    assert q.watermarks == {4: {"a": -1, "b": -1, "c": -1}}  # older terms' watermarks dropped
+
+
+# ------------------------------------------------------------------ dispatcher
+
+
+def test_a_late_answer_to_an_older_compare_is_ignored():
+    log = log_of(1, 1, 1, 1)
+    d = EntryDispatcher("a", "b", 1, PushLimits(push_timeout_s=0.3), log)
+    (first,) = d.pushes(log, -1, now=0.0)
+    assert first.kind is PushKind.COMPARE and first.index == 3
+    (again,) = d.pushes(log, -1, now=0.3)  # unanswered: asked again
+    d.on_response(PushResponse(1, "b", PushKind.COMPARE, Code.INCONSISTENT_STATE, 3, 1, seq=again.seq), log)
+    assert d.compare_index == 1
+    # the answer to the first request, overtaken on the way, must not move the walk again
+    d.on_response(PushResponse(1, "b", PushKind.COMPARE, Code.INCONSISTENT_STATE, 1, 0, seq=first.seq), log)
+    assert (d.state, d.compare_index) == (DispatchState.COMPARE, 1)
+
+
+def test_a_push_deadline_fires_at_the_exact_wakeup_time():
+    log = log_of(*[1] * 20)
+    d = EntryDispatcher("a", "b", 1, PushLimits(push_timeout_s=0.3, batch_count=5), log)
+    compare = d.pushes(log, -1, 1.7816238882382738)[0]
+    d.on_response(PushResponse(1, "b", PushKind.COMPARE, Code.SUCCESS, compare.index, 19, seq=compare.seq), log)
+    truncate = d.pushes(log, -1, 1.7816238882382738)[0]
+    d.on_response(PushResponse(1, "b", PushKind.TRUNCATE, Code.SUCCESS, 19, 19, seq=truncate.seq), log)
+    assert d.state is DispatchState.APPEND and d.watermark == 19
+    log.append([Entry(20, 1, b"x")])
+    sent_at = 1.7816238882382738
+    (push,) = d.pushes(log, -1, sent_at)
+    wake = d.next_wakeup(sent_at)
+    assert wake == sent_at + 0.3
+    (resend,) = [p for p in d.pushes(log, -1, wake) if p.kind is PushKind.APPEND]  # not a rounding error early
+    assert resend.index == push.index == 20
+
+
+# ------------------------------------------------------------------ entry handler
+
+
+def test_truncate_below_the_commit_index_keeps_the_committed_prefix():
+    log = log_of(1, 1, 1, 1, 1, 1)
+    h = EntryHandler("b", 1, max_pending=10, gap_timeout_s=1.0)
+    h.offer(PushEntry(1, "a", PushKind.TRUNCATE, 2, (), commit_index=4, seq=9), now=0.0)
+    (resp,) = h.process(log, commit_index=4, now=0.0)
+    assert (resp.code, resp.end_index, resp.seq) == (Code.SUCCESS, 4, 9)
+    assert log.last_index == 4 and h.matched_index == 4
+
+
+def test_appends_apply_in_order_and_a_gap_left_open_is_reported():
+    log = log_of(1)
+    h = EntryHandler("b", 1, max_pending=10, gap_timeout_s=1.0)
+    h.offer(PushEntry(1, "a", PushKind.TRUNCATE, 0, (), -1, seq=1), 0.0)
+    h.process(log, -1, 0.0)
+
+    def append(i: int) -> PushEntry:
+        return PushEntry(1, "a", PushKind.APPEND, i, (Entry(i, 1, b"x"),), commit_index=i)
+
+    h.offer(append(2), 0.1)
+    assert h.process(log, -1, 0.1) == []  # waits for entry 1
+    h.offer(append(1), 0.2)
+    assert [(r.index, r.end_index) for r in h.process(log, -1, 0.2)] == [(1, 1), (2, 2)]
+    assert h.commit_limit() == 2
+    h.offer(append(5), 0.3)
+    assert h.process(log, -1, 1.2) == [] and h.next_wakeup() == 1.3
+    (stuck,) = h.process(log, -1, 1.3)
+    assert (stuck.code, stuck.index, stuck.end_index) == (Code.INCONSISTENT_STATE, 5, 2)
+
+
+def test_a_follower_never_commits_a_tail_it_has_not_matched():
+    log = log_of(1, 1, 2, 2)  # entries 2-3 from an old term 2 leader
+    h = EntryHandler("b", 3, max_pending=10, gap_timeout_s=1.0)
+    h.offer(PushEntry(3, "a", PushKind.COMMIT, -1, (), commit_index=3), 0.0)
+    h.process(log, -1, 0.0)
+    assert h.commit_limit() == -1  # the leader's commit index 3 says nothing about this log's entry 3
+
+
+# ------------------------------------------------------------------ node
+
+
+class Group:
+    """Nodes on a perfect network: every Ready carried out at once, in order."""
+
+    def __init__(self, settings: RaftSettings | None = None, logs: dict[str, MemoryLog] | None = None) -> None:
+        settings = settings or RaftSettings()
+        self.now = 0.0
+        self.logs = logs or {p: MemoryLog() for p in PEERS}
+        self.nodes = {p: RaftNode(p, PEERS, self.logs[p], settings, random.Random(i), 0.0)
+                      for i, p in enumerate(PEERS)}
+        self.down: set[str] = set()
+        self.readies: list = []
+
+    def run(self, seconds: float) -> None:
+        end = self.now + seconds
+        while True:
+            live = [n for p, n in self.nodes.items() if p not in self.down]
+            node = min(live, key=lambda n: n.next_wakeup(self.now))
+            t = max(self.now, node.next_wakeup(self.now))
+            if t > end:
+                self.now = end
+                return
+            self.now = t
+            node.tick(t)
+            self.flush(node)
+
+    def flush(self, node: RaftNode) -> None:
+        ready = node.take_ready(self.now)
+        self.readies.append((node.id, ready))
+        node.log_synced(self.logs[node.id].sync(), self.now)
+        for dst, msg in ready.messages:
+            if dst not in self.down and node.id not in self.down:
+                self.nodes[dst].receive(msg, self.now)
+                self.flush(self.nodes[dst])
+
+    def leader(self) -> RaftNode:
+        (leader,) = [n for p, n in self.nodes.items() if p not in self.down and n.role is Role.LEADER]
+        return leader
+
+
+def test_a_group_elects_one_leader_which_commits_a_noop_of_its_term():
+    g = Group()
+    g.run(3.0)
+    leader = g.leader()
+    assert leader.commit_index == 0 and g.logs[leader.id].entry(0).magic == MAGIC_NOOP
+    assert all(n.leader == leader.id and n.term == leader.term for n in g.nodes.values())
+
+
+def test_a_vote_is_on_disk_before_its_answer_leaves():
+    g = Group()
+    g.run(3.0)
+    for _node, ready in g.readies:
+        if any(isinstance(m, VoteResponse) and not m.pre_vote and m.result.value == "ACCEPT" for _, m in ready.messages):
+            assert ready.hard_state is not None  # the vote travels in the same Ready as its hard state
+            break
+    else:
+        raise AssertionError("no vote was granted")
+
+
+def test_a_node_that_cannot_win_does_not_raise_the_term():
+    logs = {"a": log_of(1, 1, 1), "b": log_of(1, 1, 1), "c": MemoryLog()}
+    g = Group(logs=logs)
+    g.down = {"a", "b"}
+    g.run(5.0)  # c alone: it asks for pre-votes nobody grants
+    assert g.nodes["c"].term == 0 and g.nodes["c"].elections_started == 0
+    g.down = set()
+    g.run(3.0)
+    assert g.leader().id in ("a", "b") and g.leader().term == 1  # the first real election wins
+
+
+def test_sends_commit_and_the_old_leader_is_replaced_within_the_failover_budget():
+    g = Group()
+    g.run(3.0)
+    old = g.leader()
+    proposals = old.propose([b"m1", b"m2"], g.now)
+    assert isinstance(proposals, list)
+    g.flush(old)
+    g.run(0.1)
+    assert old.commit_index == 2
+    g.down = {old.id}
+    died = g.now
+    while g.now - died < 5.0:
+        g.run(0.05)
+        new = [n for p, n in g.nodes.items() if p != old.id and n.role is Role.LEADER]
+        if new:
+            break
+    assert new, "no new leader"
+    assert g.now - died <= 2.5  # leader lease 1.5 s + jitter 0.5 s + a pre-vote and a vote
+    assert [e.body for e in g.logs[new[0].id].all()[1:3]] == [b"m1", b"m2"]
+    assert new[0].propose([b"m3"], g.now) != Code.NOT_LEADER
+    assert g.nodes[next(p for p in PEERS if p not in (old.id, new[0].id))].propose([b"m4"], g.now) == Code.NOT_LEADER
+
+
+def test_leadership_transfer_hands_over_to_a_caught_up_follower():
+    g = Group()
+    g.run(3.0)
+    old = g.leader()
+    term_before = old.term
+    target = next(p for p in PEERS if p != old.id)
+    assert old.transfer_leadership(target, g.now) is None
+    assert old.propose([b"x"], g.now) == Code.LEADER_TRANSFERRING
+    g.flush(old)
+    g.run(1.0)
+    assert g.leader().id == target and g.leader().term == term_before + 1
+    assert old.role is Role.FOLLOWER and old.leader == target
+    assert old.transfer_leadership("zz", g.now) is not None  # not the leader any more
+
+
+def test_vote_requests_carry_the_last_index_and_term():
+    g = Group(logs={"a": log_of(1, 2), "b": MemoryLog(), "c": MemoryLog()})
+    node = g.nodes["a"]
+    node.tick(5.0)  # past any election timeout: pre-vote first
+    pre = [m for _, m in node.take_ready(5.0).messages if isinstance(m, VoteRequest)]
+    assert pre and all(r.pre_vote and r.term == 1 and node.term == 0 for r in pre)  # no term raised yet
+    node.receive(VoteResponse(0, "b", VoteResult.ACCEPT, pre_vote=True), 5.0)
+    requests = [m for _, m in node.take_ready(5.0).messages if isinstance(m, VoteRequest)]
+    assert requests and all((r.term, r.last_index, r.last_term, r.pre_vote) == (1, 1, 2, False) for r in requests)
