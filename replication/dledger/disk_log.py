@@ -1,0 +1,279 @@
+"""The raft log on disk, in DLedger's layout (formats.dledger), so `mqctl dump` and `spark/`
+read it as they read a DLedger-mode RocketMQ store.
+
+```
+ <store>/commitlog/<20-digit start>   data files: entries back to back, each
+                                      [48-byte header][body: one message record], a file that
+                                      cannot hold the next entry ends with [-1][remaining]
+ <store>/dledger/index/<20-digit>     32-byte entries [magic][pos][size][index][term],
+                                      entry i at byte i * 32
+ <store>/dledger/currterm             currTerm=<n> / voteLeader=<id> (written before any answer)
+ <store>/dledger/checkpoint           committedIndex=<n> (how far consumers may read)
+```
+A message record's PHYSICALOFFSET is set to its own position (entry pos + 48) when the entry
+is appended, so ConsumeQueue entries and offset msgIds point into the data files. Every node
+of a group writes the same entries at the same positions (same segment size), so the bytes a
+leader pushes are the bytes a follower stores.
+
+Writes go to mapped files and become durable at :meth:`DiskRaftLog.sync`; recovery keeps the
+longest prefix of index entries whose data headers agree with them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from core.store.mapped_file import MappedFile, MappedFileQueue
+from formats import dledger
+from formats.errors import FormatError
+from formats.record import MAGIC_V1, MAGIC_V2, OFF_PHYSICALOFFSET
+from replication.dledger.raft_log import Entry
+from replication.dledger.raft_node import HardState
+
+INDEX_FILE_ENTRIES = 1 << 20  # 32 MiB index files
+_PHYS = struct.Struct(">q")
+_RECORD_HEAD = struct.Struct(">ii")
+
+
+class DiskRaftLog:
+    """A :class:`replication.dledger.raft_log.RaftLog` over DLedger-layout files."""
+
+    def __init__(self, store_dir: Path, segment_size: int, index_file_entries: int = INDEX_FILE_ENTRIES) -> None:
+        self.segment_size = segment_size
+        self.data = MappedFileQueue(store_dir / "commitlog", segment_size)
+        self.index = MappedFileQueue(store_dir / "dledger" / "index", index_file_entries * dledger.INDEX_ENTRY_SIZE)
+        self._last = -1
+        self._last_term = -1
+        self.write_pos = 0  # where the next entry goes
+
+    # ------------------------------------------------------------------ open
+
+    def open(self, trusted_through: int = -1) -> None:
+        """Map the files and find the end: entries after ``trusted_through`` (the committed
+        checkpoint: synced before it was written) are checked against their data headers, and
+        the log ends before the first that disagrees (pages of an unsynced tail reach the disk
+        in any order, so a hole can hide under a later entry that looks whole)."""
+        self.data.load()
+        self.index.load()
+        lo, hi = -1, self._index_capacity() - 1  # the last written index entry, by bisection
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._index_entry(mid).magic in dledger.ENTRY_MAGICS:
+                lo = mid
+            else:
+                hi = mid - 1
+        last = min(trusted_through, lo)
+        while last < lo and self._agrees(last + 1):
+            last += 1
+        self._set_end(last)
+        self._zero_after(last)
+        self._cut_data_at_end()
+
+    def _index_capacity(self) -> int:
+        last = self.index.last
+        return 0 if last is None else last.end // dledger.INDEX_ENTRY_SIZE
+
+    def _agrees(self, i: int) -> bool:
+        ix = self._index_entry(i)
+        if ix.raft_index != i:
+            return False
+        mf = self.data.find(ix.pos)
+        if mf is None or ix.pos - mf.start + ix.size > mf.size:
+            return False
+        try:
+            head = dledger.decode_header(mf.view, ix.pos - mf.start)
+        except FormatError:
+            return False
+        return (head.raft_index, head.term, head.size, head.pos) == (i, ix.term, ix.size, ix.pos)
+
+    def _set_end(self, last: int) -> None:
+        self._last = last
+        if last < 0:
+            self._last_term, self.write_pos = -1, self.data.min_offset
+            return
+        ix = self._index_entry(last)
+        self._last_term, self.write_pos = ix.term, ix.pos + ix.size
+
+    # ------------------------------------------------------------------ RaftLog
+
+    @property
+    def first_index(self) -> int:
+        return 0 if self._last >= 0 else -1
+
+    @property
+    def last_index(self) -> int:
+        return self._last
+
+    @property
+    def last_term(self) -> int:
+        return self._last_term
+
+    def term_at(self, index: int) -> int | None:
+        if not 0 <= index <= self._last:
+            return None
+        return self._index_entry(index).term
+
+    def entry(self, index: int) -> Entry | None:
+        if not 0 <= index <= self._last:
+            return None
+        ix = self._index_entry(index)
+        mf = self.data.find(ix.pos)
+        assert mf is not None
+        at = ix.pos - mf.start
+        body = bytes(mf.view[at + dledger.HEADER_SIZE: at + ix.size])
+        return Entry(index, ix.term, body, ix.magic)
+
+    def entries(self, start: int, count_max: int, bytes_max: int) -> list[Entry]:
+        out: list[Entry] = []
+        size = 0
+        for i in range(max(start, 0), min(self._last, start + count_max - 1) + 1):
+            e = self.entry(i)
+            assert e is not None
+            if out and size + len(e.body) > bytes_max:
+                break
+            out.append(e)
+            size += len(e.body)
+        return out
+
+    def append(self, entries: list[Entry]) -> None:
+        for e in entries:
+            if e.index != self._last + 1:
+                raise ValueError(f"entry {e.index} does not continue a log ending at {self._last}")
+            size = dledger.HEADER_SIZE + len(e.body)
+            if size > self.segment_size - 8:
+                raise ValueError(f"an entry of {size} bytes does not fit a {self.segment_size}-byte segment")
+            pos = self.write_pos
+            room = self.segment_size - pos % self.segment_size
+            mf = self._data_file(pos)
+            if size > room:
+                if room >= 8:
+                    mf.write(pos - mf.start, dledger.encode_padding(room))
+                pos += room
+                mf = self._data_file(pos)
+            body = _with_own_offset(e.body, pos + dledger.HEADER_SIZE) if e.magic == dledger.MAGIC_NORMAL else e.body
+            mf.write(pos - mf.start, dledger.encode_entry(e.index, e.term, pos, body, magic=e.magic))
+            self._write_index(dledger.DLedgerIndexEntry(e.magic, pos, size, e.index, e.term))
+            self._last, self._last_term, self.write_pos = e.index, e.term, pos + size
+
+    def truncate_after(self, index: int) -> int:
+        if index >= self._last:
+            return 0
+        dropped = self._last - index
+        self._zero_after(index)
+        self._set_end(index)
+        self._cut_data_at_end()
+        return dropped
+
+    def _cut_data_at_end(self) -> None:
+        """Zero the data past the end and delete the files after its own, so a scan of the
+        data files (`mqctl dump`) ends where the log does."""
+        end = self.write_pos
+        into = end % self.segment_size
+        self.data.drop_after(end - into + (self.segment_size if into else 0))
+        mf = self.data.find(end)
+        if mf is not None:
+            mf.zero_from(end - mf.start)
+
+    # ------------------------------------------------------------------ durability
+
+    def sync(self) -> int:
+        """fdatasync every file changed since the last sync (blocks: call from a thread);
+        returns the last index now durable."""
+        last = self._last
+        for mf in (*self.data.dirty_files(), *self.index.dirty_files()):
+            mf.sync()
+        return last
+
+    def close(self) -> None:
+        self.data.close()
+        self.index.close()
+
+    # ------------------------------------------------------------------ files
+
+    def _data_file(self, pos: int) -> MappedFile:
+        mf = self.data.find(pos)
+        if mf is None:
+            mf = self.data.create(pos - pos % self.segment_size)
+        return mf
+
+    def _index_entry(self, i: int) -> dledger.DLedgerIndexEntry:
+        at = i * dledger.INDEX_ENTRY_SIZE
+        mf = self.index.find(at)
+        if mf is None:
+            return dledger.DLedgerIndexEntry(0, 0, 0, -1, -1)
+        return dledger.decode_index_entry(mf.view, at - mf.start)
+
+    def _write_index(self, ix: dledger.DLedgerIndexEntry) -> None:
+        at = ix.raft_index * dledger.INDEX_ENTRY_SIZE
+        mf = self.index.find(at)
+        if mf is None:
+            mf = self.index.create(at - at % self.index.file_size)
+        mf.write(at - mf.start, dledger.encode_index_entry(ix))
+
+    def _zero_after(self, last: int) -> None:
+        at = (last + 1) * dledger.INDEX_ENTRY_SIZE
+        for mf in list(self.index.files):
+            if mf.end > at:
+                mf.zero_from(max(0, at - mf.start))
+
+
+def _with_own_offset(body: bytes, phys: int) -> bytes:
+    """A message record's bytes with PHYSICALOFFSET set to where the record now lies."""
+    if len(body) < OFF_PHYSICALOFFSET + 8 or _RECORD_HEAD.unpack_from(body)[1] not in (MAGIC_V1, MAGIC_V2):
+        return body
+    if _PHYS.unpack_from(body, OFF_PHYSICALOFFSET)[0] == phys:
+        return body
+    patched = bytearray(body)
+    _PHYS.pack_into(patched, OFF_PHYSICALOFFSET, phys)
+    return bytes(patched)
+
+
+# ---------------------------------------------------------------------- small state files
+
+
+def save_hard_state(path: Path, state: HardState) -> None:
+    """Write term and vote durably (DLedger's ``currterm`` properties) before any answer."""
+    _write_properties(path, {"currTerm": str(state.term), "voteLeader": state.voted_for or ""})
+
+
+def load_hard_state(path: Path) -> HardState:
+    props = _read_properties(path)
+    return HardState(int(props.get("currTerm", "0")), props.get("voteLeader") or None)
+
+
+def save_commit_checkpoint(path: Path, committed_index: int, end_index: int) -> None:
+    _write_properties(path, {"endIndex": str(end_index), "committedIndex": str(committed_index)})
+
+
+def load_commit_checkpoint(path: Path) -> int:
+    return int(_read_properties(path).get("committedIndex", "-1"))
+
+
+def _write_properties(path: Path, props: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(f"{k}={v}\n" for k, v in props.items()))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself
+    finally:
+        os.close(fd)
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,124 @@
+"""The raft log on disk in DLedger's layout: the RaftLog contract (shared with MemoryLog),
+record offsets, segment padding, truncation, recovery of a torn tail, and the state files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from formats import dledger
+from formats.record import MessageRecord, decode_record, encode_record
+from formats.segments import Damage, RecordAt, scan_log
+from replication.dledger.disk_log import (
+    DiskRaftLog,
+    load_commit_checkpoint,
+    load_hard_state,
+    save_commit_checkpoint,
+    save_hard_state,
+)
+from replication.dledger.raft_log import Entry, MemoryLog
+from replication.dledger.raft_node import HardState
+
+SEGMENT = 4096
+
+
+def record(i: int, size: int = 200) -> bytes:
+    return bytes(encode_record(MessageRecord(topic="Orders", body=bytes([65 + i % 26]) * size, queue_id=i % 2,
+                                             queue_offset=i // 2, properties={"UNIQ_KEY": f"K{i:08d}"})))
+
+
+def entries(start: int, count: int, term: int) -> list[Entry]:
+    return [Entry(i, term, record(i)) for i in range(start, start + count)]
+
+
+@pytest.fixture(params=["memory", "disk"])
+def any_log(request, tmp_path):
+    if request.param == "memory":
+        yield MemoryLog()
+        return
+    log = DiskRaftLog(tmp_path, SEGMENT)
+    log.open()
+    yield log
+    log.close()
+
+
+def test_the_raft_log_contract(any_log):
+    log = any_log
+    assert (log.first_index, log.last_index, log.last_term) == (-1, -1, -1) and log.term_at(0) is None
+    log.append(entries(0, 5, 1))
+    log.append([Entry(5, 2, b"", dledger.MAGIC_NOOP)])
+    assert (log.first_index, log.last_index, log.last_term) == (0, 5, 2)
+    assert [log.term_at(i) for i in range(6)] == [1, 1, 1, 1, 1, 2]
+    assert log.entry(5).is_noop and log.entry(6) is None
+    assert [e.index for e in log.entries(1, 3, 10**6)] == [1, 2, 3]
+    assert [e.index for e in log.entries(1, 10, 1)] == [1]  # always one, then up to the byte limit
+    with pytest.raises(ValueError, match="does not continue"):
+        log.append([Entry(9, 2, b"x")])
+    assert log.truncate_after(2) == 3 and log.last_index == 2 and log.last_term == 1
+    log.append(entries(3, 2, 3))
+    assert [log.term_at(i) for i in range(5)] == [1, 1, 1, 3, 3]
+
+
+def test_records_carry_their_own_offset_and_segments_end_in_padding(tmp_path):
+    log = DiskRaftLog(tmp_path, SEGMENT)
+    log.open()
+    log.append(entries(0, 40, 1))  # ~290 bytes an entry: several segments, each padded at its end
+    log.sync()
+    files = sorted((tmp_path / "commitlog").iterdir())
+    assert len(files) > 2 and all(f.stat().st_size == SEGMENT for f in files)
+    found = list(scan_log(tmp_path / "commitlog"))
+    assert not [d for d in found if isinstance(d, Damage)]
+    recs = [r for r in found if isinstance(r, RecordAt)]
+    assert [r.entry.raft_index for r in recs] == list(range(40))
+    for r in recs:
+        assert r.record.phys_offset == r.offset == r.entry.pos + dledger.HEADER_SIZE
+        assert log.entry(r.entry.raft_index).body == bytes(encode_record(r.record))
+    body = log.entry(7).body
+    assert decode_record(body).phys_offset != 0 and body != record(7)  # patched, otherwise the same
+    log.close()
+
+
+def test_reopen_keeps_the_log_and_a_truncation(tmp_path):
+    log = DiskRaftLog(tmp_path, SEGMENT)
+    log.open()
+    log.append(entries(0, 30, 1))
+    log.truncate_after(11)
+    log.append(entries(12, 3, 2))
+    log.sync()
+    before = [log.entry(i) for i in range(15)]
+    log.close()
+    again = DiskRaftLog(tmp_path, SEGMENT)
+    again.open()
+    assert again.last_index == 14 and [again.entry(i) for i in range(15)] == before
+    recs = [r for r in scan_log(tmp_path / "commitlog") if isinstance(r, RecordAt)]
+    assert [r.entry.raft_index for r in recs] == list(range(15))  # nothing of the cut entries left
+    again.close()
+
+
+def test_a_torn_tail_is_cut_at_the_last_entry_whose_data_agrees(tmp_path):
+    log = DiskRaftLog(tmp_path, SEGMENT)
+    log.open()
+    log.append(entries(0, 10, 1))
+    log.sync()
+    pos = log._index_entry(8).pos  # the data of entry 8 never reached the disk
+    mf = log.data.find(pos)
+    mf.write(pos - mf.start, bytes(dledger.HEADER_SIZE))
+    log.sync()
+    log.close()
+    again = DiskRaftLog(tmp_path, SEGMENT)
+    again.open()
+    assert again.last_index == 7 and again.term_at(8) is None
+    again.append(entries(8, 1, 2))
+    assert again.entry(8).term == 2
+    again.close()
+
+
+def test_state_files_round_trip(tmp_path: Path):
+    assert load_hard_state(tmp_path / "currterm") == HardState(0, None)
+    assert load_commit_checkpoint(tmp_path / "checkpoint") == -1
+    save_hard_state(tmp_path / "currterm", HardState(7, "n2"))
+    save_commit_checkpoint(tmp_path / "checkpoint", 41, 44)
+    assert load_hard_state(tmp_path / "currterm") == HardState(7, "n2")
+    assert (tmp_path / "currterm").read_text() == "currTerm=7\nvoteLeader=n2\n"
+    assert load_commit_checkpoint(tmp_path / "checkpoint") == 41
