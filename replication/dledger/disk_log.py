@@ -179,12 +179,16 @@ class DiskRaftLog:
     # ------------------------------------------------------------------ durability
 
     def sync(self) -> int:
-        """fdatasync every file changed since the last sync (blocks: call from a thread);
-        returns the last index now durable."""
+        """fdatasync every file changed since the last sync (blocks); returns the last index
+        now durable."""
         last = self._last
-        for mf in (*self.data.dirty_files(), *self.index.dirty_files()):
-            mf.sync()
+        sync_files(self.take_dirty_files())
         return last
+
+    def take_dirty_files(self) -> list[MappedFile]:
+        """The files changed since the last call (on the loop), for :func:`sync_files` in a
+        thread: everything written before the call is durable once that returns."""
+        return [*self.data.dirty_files(), *self.index.dirty_files()]
 
     def close(self) -> None:
         self.data.close()
@@ -217,6 +221,16 @@ class DiskRaftLog:
         for mf in list(self.index.files):
             if mf.end > at:
                 mf.zero_from(max(0, at - mf.start))
+
+
+def sync_files(files: list[MappedFile]) -> None:
+    """fdatasync each file (blocks: call from a worker thread)."""
+    for mf in files:
+        try:
+            mf.sync()
+        except OSError:
+            if not mf.closed:  # a file a truncation removed meanwhile has nothing left to sync
+                raise
 
 
 def _with_own_offset(body: bytes, phys: int) -> bytes:

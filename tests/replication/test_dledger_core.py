@@ -248,3 +248,37 @@ def test_vote_requests_carry_the_last_index_and_term():
     node.receive(VoteResponse(0, "b", VoteResult.ACCEPT, pre_vote=True), 5.0)
     requests = [m for _, m in node.take_ready(5.0).messages if isinstance(m, VoteRequest)]
     assert requests and all((r.term, r.last_index, r.last_term, r.pre_vote) == (1, 1, 2, False) for r in requests)
+
+
+# ------------------------------------------------------------------ wire
+
+
+def test_every_message_survives_the_wire_and_bad_frames_are_named():
+    import pytest
+
+    from core.remoting.command import RemotingCommand
+    from replication.dledger import wire
+    from replication.dledger.messages import HeartBeat, HeartBeatResponse, TakeLeadership
+
+    noop = Entry(3, 2, b"", MAGIC_NOOP)
+    messages = [
+        VoteRequest(5, "a", 9, 4, transfer=True), VoteRequest(5, "a", -1, -1, pre_vote=True),
+        VoteResponse(5, "b", VoteResult.REJECT_ALREADY_VOTED, pre_vote=True),
+        HeartBeat(5, "a", 7), HeartBeatResponse(5, "b", Code.EXPIRED_TERM),
+        PushEntry(5, "a", PushKind.APPEND, 3, (noop, Entry(4, 5, b"record bytes")), 2, seq=0),
+        PushEntry(5, "a", PushKind.TRUNCATE, 2, (), 2, seq=11),
+        PushResponse(5, "b", PushKind.COMPARE, Code.INCONSISTENT_STATE, 3, 1, 0, seq=11),
+        TakeLeadership(5, "a"),
+    ]
+    for msg in messages:
+        cmd = wire.encode_message(msg, "broker-a")
+        assert cmd.code in wire.RAFT_CODES and cmd.ext_fields["group"] == "broker-a"
+        assert wire.decode_message(cmd) == msg
+    with pytest.raises(wire.WireError, match="missing field"):
+        wire.decode_message(RemotingCommand(code=wire.VOTE, ext_fields={"term": "1"}))
+    with pytest.raises(wire.WireError, match="not a raft message"):
+        wire.decode_message(RemotingCommand(code=10, ext_fields={"term": "1"}))
+    push = wire.encode_message(messages[5], "g")
+    push.body = push.body[:-3]
+    with pytest.raises(wire.WireError, match="past the end"):
+        wire.decode_message(push)
