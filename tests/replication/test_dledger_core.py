@@ -282,3 +282,89 @@ def test_every_message_survives_the_wire_and_bad_frames_are_named():
     push.body = push.body[:-3]
     with pytest.raises(wire.WireError, match="past the end"):
         wire.decode_message(push)
+
+
+# ------------------------------------------------------------------ Raft figure 8
+
+
+class Wires:
+    """Nodes whose messages wait in a list until the test delivers (or drops) them."""
+
+    def __init__(self, nodes: dict[str, RaftNode], logs: dict[str, MemoryLog]) -> None:
+        self.nodes, self.logs = nodes, logs
+        self.in_flight: list[tuple[str, str, object]] = []
+        self.now = 0.0
+
+    def step(self, node_id: str) -> None:
+        node = self.nodes[node_id]
+        ready = node.take_ready(self.now)
+        node.log_synced(self.logs[node_id].sync(), self.now)
+        self.in_flight.extend((node_id, dst, m) for dst, m in ready.messages)
+
+    def deliver(self, keep=lambda src, dst, m: True) -> None:
+        """Deliver everything in flight that ``keep`` allows (dropping the rest), until quiet."""
+        while self.in_flight:
+            batch, self.in_flight = self.in_flight, []
+            for src, dst, msg in batch:
+                if dst in self.nodes and keep(src, dst, msg):
+                    self.nodes[dst].receive(msg, self.now)
+                    self.step(dst)
+
+
+def figure_8(monkeypatch=None, *, dledger_02_rule: bool = False) -> tuple[list[int], dict[str, MemoryLog]]:
+    """a (leader of term 2) wrote e1 alone; c (leader of term 3) wrote x1 alone; now a leads
+    term 4 and gets e1 onto b, but not its own no-op, before it dies; then c leads term 5.
+    Returns a's commit index after each step of term 4, and the logs at the end."""
+    from replication.dledger.raft_node import HardState
+
+    if dledger_02_rule:  # commit whatever a majority holds, of any term
+        def advance(self, log, now):
+            q = self.quorum_index()
+            self.commit_index = max(self.commit_index, q)
+            return []
+        monkeypatch.setattr(QuorumAckChecker, "advance", advance)
+    e0 = Entry(0, 1, b"e0")
+    logs = {"a": MemoryLog([e0, Entry(1, 2, b"e1")]), "b": MemoryLog([e0]), "c": MemoryLog([e0, Entry(1, 3, b"x1")])}
+    settings = RaftSettings(push=PushLimits(batch_count=1))
+    nodes = {p: RaftNode(p, PEERS, logs[p], settings, random.Random(1), 0.0, HardState(3, None), commit_index=0)
+             for p in ("a", "b")}
+    w = Wires(nodes, logs)
+
+    def not_the_noop(src, dst, m):  # b gets e1 (index 1), every push of a's no-op (index 2) is lost
+        return not (isinstance(m, PushEntry) and m.kind is PushKind.APPEND and m.index >= 2)
+
+    nodes["a"]._start_election(0.0, transfer=False)  # term 4; b votes (a's log is newer), c is down
+    w.step("a")
+    w.deliver(keep=not_the_noop)
+    assert nodes["a"].role is Role.LEADER and nodes["a"].term == 4
+    commits = [nodes["a"].commit_index]
+    w.now = 1.0
+    nodes["a"].tick(w.now)  # heartbeats and pushes go round again
+    w.step("a")
+    w.deliver(keep=not_the_noop)
+    commits.append(nodes["a"].commit_index)
+    assert logs["b"].term_at(1) == 2  # a majority (a, b) holds e1 of term 2
+    # a dies; c comes back and, with the newer last term, wins b's vote for term 5
+    del nodes["a"]
+    nodes["c"] = RaftNode("c", PEERS, logs["c"], settings, random.Random(2), 10.0, HardState(4, None), commit_index=0)
+    w.now = 10.0
+    nodes["c"]._start_election(10.0, transfer=False)  # (its pre-vote passes the same way)
+    w.step("c")
+    w.deliver()
+    assert nodes["c"].role is Role.LEADER and nodes["c"].term == 5
+    nodes["c"].propose([b"y"], w.now)
+    w.step("c")
+    w.deliver()
+    return commits, logs
+
+
+def test_figure_8_an_old_term_entry_on_a_majority_is_not_committed_and_may_be_replaced():
+    commits, logs = figure_8()
+    assert commits == [0, 0]  # e1 was on a majority but never reported committed
+    assert logs["b"].all() == logs["c"].all() and logs["c"].entry(1).body == b"x1"  # replaced; nothing lost
+
+
+def test_figure_8_with_dledger_02_rule_commits_an_entry_that_the_next_leader_lacks(monkeypatch):
+    commits, logs = figure_8(monkeypatch, dledger_02_rule=True)
+    assert commits[-1] == 1  # e1 "committed" by counting replicas ...
+    assert logs["c"].entry(1).body == b"x1"  # ... yet the next leader holds x1 there: a committed entry lost
