@@ -29,7 +29,7 @@ from core.store.mapped_file import MappedFile, MappedFileQueue
 from formats import dledger
 from formats.errors import FormatError
 from formats.record import MAGIC_V1, MAGIC_V2, OFF_PHYSICALOFFSET
-from replication.dledger.raft_log import Entry
+from replication.dledger.raft_log import Entry, up_to_bytes
 from replication.dledger.raft_node import HardState
 
 INDEX_FILE_ENTRIES = 1 << 20  # 32 MiB index files
@@ -126,16 +126,8 @@ class DiskRaftLog:
         return Entry(index, ix.term, body, ix.magic)
 
     def entries(self, start: int, count_max: int, bytes_max: int) -> list[Entry]:
-        out: list[Entry] = []
-        size = 0
-        for i in range(max(start, 0), min(self._last, start + count_max - 1) + 1):
-            e = self.entry(i)
-            assert e is not None
-            if out and size + len(e.body) > bytes_max:
-                break
-            out.append(e)
-            size += len(e.body)
-        return out
+        held = range(max(start, 0), min(self._last, start + count_max - 1) + 1)
+        return up_to_bytes((e for i in held if (e := self.entry(i)) is not None), bytes_max)
 
     def append(self, entries: list[Entry]) -> None:
         for e in entries:

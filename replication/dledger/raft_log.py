@@ -7,6 +7,7 @@ mapped files), made durable only by an explicit sync the driver performs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +26,18 @@ class Entry:
     @property
     def is_noop(self) -> bool:
         return self.magic == MAGIC_NOOP
+
+
+def up_to_bytes(entries: Iterable[Entry], bytes_max: int) -> list[Entry]:
+    """The first of ``entries``, then as many more as fit ``bytes_max`` of bodies in all."""
+    out: list[Entry] = []
+    size = 0
+    for e in entries:
+        if out and size + len(e.body) > bytes_max:
+            break
+        out.append(e)
+        size += len(e.body)
+    return out
 
 
 class RaftLog(Protocol):
@@ -84,14 +97,7 @@ class MemoryLog:
         return self._entries[index] if 0 <= index < len(self._entries) else None
 
     def entries(self, start: int, count_max: int, bytes_max: int) -> list[Entry]:
-        out: list[Entry] = []
-        size = 0
-        for e in self._entries[max(start, 0): max(start, 0) + count_max]:
-            if out and size + len(e.body) > bytes_max:
-                break
-            out.append(e)
-            size += len(e.body)
-        return out
+        return up_to_bytes(self._entries[max(start, 0): max(start, 0) + count_max], bytes_max)
 
     def append(self, entries: list[Entry]) -> None:
         for e in entries:
