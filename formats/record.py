@@ -385,10 +385,10 @@ def decode_dispatch_fields(buf: ReadableBytes, pos: int, limit: int) -> Dispatch
     :func:`decode_record` checks them, skipping the body, hosts and CRC: a replica dispatching
     its master's records pays about half of a full decode."""
     if limit - pos < 88:
-        return _dispatch_fields_of(decode_record(buf, pos, limit=limit, check_crc=False, with_body=False))
+        return _fully_decoded_fields(buf, pos, limit)
     total, magic, queue_id, queue_offset, flags, store_ts, body_len = _DISPATCH_HEAD_V4.unpack_from(buf, pos)
     if flags & _V6_BITS or magic not in (MAGIC_V1, MAGIC_V2) or not RECORD_SIZE_MIN <= total <= limit - pos:
-        return _dispatch_fields_of(decode_record(buf, pos, limit=limit, check_crc=False, with_body=False))
+        return _fully_decoded_fields(buf, pos, limit)
     end = pos + total
     p = pos + 88 + body_len
     if magic == MAGIC_V1:
@@ -398,10 +398,10 @@ def decode_dispatch_fields(buf: ReadableBytes, pos: int, limit: int) -> Dispatch
         topic_len = _I16.unpack_from(buf, p)[0] if body_len >= 0 and p + 2 <= end else -1
         p += 2
     if topic_len <= 0 or p + topic_len + 2 > end:
-        return _dispatch_fields_of(decode_record(buf, pos, limit=limit, check_crc=False, with_body=False))
+        return _fully_decoded_fields(buf, pos, limit)
     props_at = p + topic_len + 2
     if _I16.unpack_from(buf, props_at - 2)[0] != end - props_at:
-        return _dispatch_fields_of(decode_record(buf, pos, limit=limit, check_crc=False, with_body=False))
+        return _fully_decoded_fields(buf, pos, limit)
     try:
         topic = _topic_text(bytes(buf[p : p + topic_len]))
         props = decode_properties(bytes(buf[props_at:end]).decode()) if end > props_at else {}
@@ -410,7 +410,9 @@ def decode_dispatch_fields(buf: ReadableBytes, pos: int, limit: int) -> Dispatch
     return DispatchFields(total, topic, queue_id, queue_offset, flags, store_ts, props)
 
 
-def _dispatch_fields_of(rec: MessageRecord) -> DispatchFields:
+def _fully_decoded_fields(buf: ReadableBytes, pos: int, limit: int) -> DispatchFields:
+    """The slow path (IPv6 hosts, or damage for decode_record to name)."""
+    rec = decode_record(buf, pos, limit=limit, check_crc=False, with_body=False)
     return DispatchFields(rec.total_size, rec.topic, rec.queue_id, rec.queue_offset, rec.sysflag,
                           rec.store_timestamp, rec.properties)
 

@@ -39,20 +39,17 @@ class DispatchRequest(NamedTuple):
            store_timestamp: int | None = None, delay_levels_ms: tuple[int, ...] = ()) -> DispatchRequest:
         """The request for ``rec``; the offset and time default to the ones the record carries
         (a record read back from the log) and are passed for one just appended."""
-        props = rec.properties
         stamp = rec.store_timestamp if store_timestamp is None else store_timestamp
-        return cls(
-            topic=rec.topic,
-            queue_id=rec.queue_id,
-            queue_offset=rec.queue_offset if queue_offset is None else queue_offset,
-            phys_offset=phys_offset,
-            size=size,
-            tags_code=record_tags_code(rec.topic, props, stamp, delay_levels_ms),
-            store_timestamp=stamp,
-            sysflag=rec.sysflag,
-            keys=tuple(message_keys(props)),
-            uniq_key=props.get(UNIQ_KEY),
-        )
+        return cls.of_fields(rec.topic, rec.queue_id, rec.queue_offset if queue_offset is None else queue_offset,
+                             phys_offset, size, record_tags_code(rec.topic, rec.properties, stamp, delay_levels_ms),
+                             stamp, rec.sysflag, rec.properties)
+
+    @classmethod
+    def of_fields(cls, topic: str, queue_id: int, queue_offset: int, phys_offset: int, size: int, tags: int,
+                  store_timestamp: int, sysflag: int, props: dict[str, str]) -> DispatchRequest:
+        """The request for a record known by its fields (a replica's lean decode)."""
+        return cls(topic, queue_id, queue_offset, phys_offset, size, tags, store_timestamp, sysflag,
+                   tuple(message_keys(props)), props.get(UNIQ_KEY))
 
 
 def record_tags_code(topic: str, props: dict[str, str], store_timestamp: int,

@@ -48,7 +48,7 @@ from formats.archive import archive_segment
 from formats.consume_queue import CQEntry
 from formats.errors import RecordError
 from formats.properties import TAGS as TAGS_PROPERTY
-from formats.properties import UNIQ_KEY, index_keys, message_keys
+from formats.properties import index_keys
 from formats.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
@@ -362,8 +362,7 @@ class MessageStore:
                 total, topic, queue_id, queue_offset, sysflag, stamp, props = decode_dispatch_fields(
                     view, pos, pos + total)
                 phys = base + pos
-                tags = (tags_code(props.get(TAGS_PROPERTY)) if topic != SCHEDULE_TOPIC else
-                        record_tags_code(topic, props, stamp, delay_levels))
+                tags = record_tags_code(topic, props, stamp, delay_levels)
                 if is_dispatched(sysflag):
                     cq = queues.get((topic, queue_id)) or self.queues.get_or_create(topic, queue_id)
                     cq.put_entry(queue_offset, phys, total, tags)
@@ -371,8 +370,8 @@ class MessageStore:
                 if keys:
                     index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
                 if requests is not None:
-                    requests.append(DispatchRequest(topic, queue_id, queue_offset, phys, total, tags, stamp,
-                                                    sysflag, tuple(message_keys(props)), props.get(UNIQ_KEY)))
+                    requests.append(DispatchRequest.of_fields(topic, queue_id, queue_offset, phys, total, tags, stamp,
+                                                              sysflag, props))
                 count += 1
                 pos += total
             if base + pos == reput:
