@@ -54,6 +54,7 @@ class RaftSettings:
     candidate_timeout_min_s: float = 0.3
     candidate_timeout_max_s: float = 0.6
     wait_ack_timeout_s: float = 2.5
+    max_pending_appends: int = 10_000  # appends awaiting commit before LEADER_PENDING_FULL (maxPendingRequestsNum)
     transfer_wait_entries: int = 1000  # a transferee may lag this many entries at the start
     preferred_leader: str | None = None
     push: PushLimits = field(default_factory=PushLimits)
@@ -133,7 +134,7 @@ class RaftNode:
                 self._become_follower(self.term, None, now)  # cut off from the group: stop leading
                 return
             self._check_transfer(now)
-            self._completions.extend(self._quorum.advance(self.log, now))
+            self._advance_commit(now)  # times out appends waiting too long
         elif now >= self._election_at:
             self._start_pre_vote(now)
         else:
@@ -169,7 +170,7 @@ class RaftNode:
             return Code.NOT_LEADER
         if self._transfer_to is not None:
             return Code.LEADER_TRANSFERRING
-        if self._quorum.pending_count + len(bodies) > self.settings.push.max_pending * 10:
+        if self._quorum.pending_count + len(bodies) > self.settings.max_pending_appends:
             return Code.LEADER_PENDING_FULL
         first = self.log.last_index + 1
         self.log.append([Entry(first + i, self.term, body) for i, body in enumerate(bodies)])
@@ -250,6 +251,10 @@ class RaftNode:
             return True
         return self.leader is not None and now - self._last_leader_contact < self.settings.leader_lease_s
 
+    def _has_majority(self) -> bool:
+        """Whether the votes (or pre-votes) gathered so far are a majority of the members."""
+        return len(self._votes) * 2 > len(self.peers)
+
     def _majority_heard(self, now: float) -> bool:
         lease = self.settings.leader_lease_s + self.settings.election_jitter_s
         heard = 1 + sum(1 for p in self.others if now - self._heard_from.get(p, -1e18) < lease)
@@ -294,7 +299,7 @@ class RaftNode:
         request = VoteRequest(self.term + 1, self.id, self.log.last_index, self.log.last_term, pre_vote=True)
         for peer in self.others:
             self._send(peer, request)
-        if len(self._votes) * 2 > len(self.peers):
+        if self._has_majority():
             self._start_election(now, transfer=False)
 
     def _start_election(self, now: float, *, transfer: bool) -> None:
@@ -312,7 +317,7 @@ class RaftNode:
         self._maybe_win(now)
 
     def _maybe_win(self, now: float) -> None:
-        if self.role is not Role.CANDIDATE or len(self._votes) * 2 <= len(self.peers):
+        if self.role is not Role.CANDIDATE or not self._has_majority():
             return
         self.role = Role.LEADER
         self.leader = self.id
@@ -381,7 +386,7 @@ class RaftNode:
         if resp.pre_vote:
             if self._pre_voting and resp.term <= self.term and resp.result is VoteResult.ACCEPT:
                 self._votes.add(resp.voter)
-                if len(self._votes) * 2 > len(self.peers):
+                if self._has_majority():
                     self._start_election(now, transfer=False)
             return
         if self.role is Role.CANDIDATE and resp.term == self.term and resp.result is VoteResult.ACCEPT:
