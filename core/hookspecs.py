@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from core.broker.replication import Replication
     from core.config import BrokerNode, Config, NameServerSettings
     from core.namesrv.route_table import RouteTable
+    from core.plugin_manager import PluginHost
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchBatch
@@ -77,10 +78,23 @@ def mq_route_table(settings: NameServerSettings) -> RouteTable | None:
 
 
 @hookspec(firstresult=True)
+def mq_message_store(mode: str, node: BrokerNode, config: Config, root: Path,
+                     plugins: PluginHost) -> MessageStore | None:
+    """Make the message store of a broker node whose group replicates in ``mode`` (pick one).
+
+    Called once by each broker process at start, before the store is opened, with the node's
+    store folder ``root``. A mode whose log is not the classic CommitLog (``dledger``: raft
+    entries wrapping the records) returns its own :class:`MessageStore`; ``None`` means "the
+    classic store".
+    """
+
+
+@hookspec(firstresult=True)
 def mq_replication(mode: str, node: BrokerNode, config: Config, store: MessageStore) -> Replication | None:
     """Make a broker node's replication strategy for ``replication.mode`` = ``mode`` (pick one).
 
     Called once by each broker process at start, after its store is open. The built-in
-    ``ha_async`` and ``ha_sync`` plugins answer "async" and "sync" (master-slave by broker id);
+    ``ha_async`` and ``ha_sync`` plugins answer "async" and "sync" (master-slave by broker id),
+    ``ha_dledger`` answers "dledger" (raft);
     ``None`` means "not my mode". A broker whose mode no plugin answers refuses to start.
     """

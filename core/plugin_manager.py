@@ -95,6 +95,11 @@ class PluginHost:
         result: RouteTable | None = self._pm.hook.mq_route_table(settings=settings)
         return result
 
+    def message_store(self, mode: str, node: BrokerNode, config: Config, root: Path) -> MessageStore | None:
+        result: MessageStore | None = self._pm.hook.mq_message_store(mode=mode, node=node, config=config,
+                                                                     root=root, plugins=self)
+        return result
+
     def replication(self, mode: str, node: BrokerNode, config: Config, store: MessageStore) -> Replication | None:
         result: Replication | None = self._pm.hook.mq_replication(mode=mode, node=node, config=config, store=store)
         return result

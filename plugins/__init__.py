@@ -1,6 +1,6 @@
 """Built-in plugins, registered in this order before any third-party plugin.
 
-The selection and DLedger plugins join this tuple as they land.
+The selection plugin joins this tuple as it lands.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from types import ModuleType
 
 from core.plugin_manager import PluginHost
-from plugins import ha_async, ha_sync, routing
+from plugins import ha_async, ha_dledger, ha_sync, routing
 
-BUILTIN_PLUGINS: tuple[ModuleType, ...] = (routing, ha_async, ha_sync)
+BUILTIN_PLUGINS: tuple[ModuleType, ...] = (routing, ha_async, ha_sync, ha_dledger)
 
 
 def plugin_host(*, load_entry_points: bool = True) -> PluginHost:

@@ -55,7 +55,7 @@ def all_consumer_offsets(broker: Broker, request: RemotingCommand, conn: Connect
 def runtime_info(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
     store = broker.store
     table = {
-        "brokerVersionDesc": "mqctl", "brokerName": broker.node.name, "brokerId": str(broker.node.id),
+        "brokerVersionDesc": "mqctl", "brokerName": broker.node.name, "brokerId": str(broker.replication.broker_id),
         "brokerAddr": broker.address, "commitLogMinOffset": str(store.commitlog.min_offset),
         "commitLogMaxOffset": str(store.commitlog.write_offset),
         "commitLogFlushedOffset": str(store.commitlog.flushed_offset),

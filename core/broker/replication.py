@@ -18,6 +18,7 @@ class Replicated(enum.Enum):
     OK = "ok"
     TIMEOUT = "timeout"  # FLUSH_SLAVE_TIMEOUT: stored, not confirmed by a replica in time
     NO_REPLICA = "no_replica"  # SLAVE_NOT_AVAILABLE: stored, no replica close enough to wait for
+    LOST_LEADERSHIP = "lost_leadership"  # raft: the node stopped leading first; it may or may not commit
 
 
 class Replication(Protocol):
@@ -32,6 +33,14 @@ class Replication(Protocol):
         """Whether sends wait in :meth:`wait_replicated` before they are answered."""
 
     @property
+    def broker_id(self) -> int:
+        """The id this node registers under now: 0 while it is its group's master."""
+
+    async def wait_role_changed(self) -> None:
+        """Return when :attr:`writable` or :attr:`broker_id` may have changed (raft elections);
+        strategies whose roles are fixed never return."""
+
+    @property
     def master_missing(self) -> bool:
         """A replica that does not know its master yet (the broker registers sooner)."""
 
@@ -42,8 +51,12 @@ class Replication(Protocol):
     def master_learned(self, master_addr: str | None, ha_addr: str | None) -> None:
         """The name servers' answer to a registration: the group's master and its HA address."""
 
-    async def wait_replicated(self, end_offset: int) -> Replicated:
-        """Wait until a replica holds the log up to ``end_offset`` (sync modes)."""
+    async def wait_replicated(self, phys_offset: int, end_offset: int) -> Replicated:
+        """Wait until replicas hold the record at ``phys_offset`` and the log up to
+        ``end_offset`` (the modes that wait: sync and dledger)."""
+
+    def transfer_leadership(self, target: str) -> str | None:
+        """Hand the group's leadership to member ``target``; ``None``, or why not."""
 
     def runtime_info(self) -> dict[str, str]:
         """Fields for GET_BROKER_RUNTIME_INFO (strings, as RocketMQ's table)."""

@@ -119,8 +119,11 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
     return _sent(broker, request, queue_id, results, ResponseCode.SUCCESS)
 
 
+LOST_LEADERSHIP_REMARK = ("the broker stopped leading its raft group before the message committed "
+                          "(it may still be stored): send again, to the new leader")
 _REPLICATED_CODES = {Replicated.OK: ResponseCode.SUCCESS, Replicated.TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                     Replicated.NO_REPLICA: ResponseCode.SLAVE_NOT_AVAILABLE}
+                     Replicated.NO_REPLICA: ResponseCode.SLAVE_NOT_AVAILABLE,
+                     Replicated.LOST_LEADERSHIP: ResponseCode.SERVICE_NOT_AVAILABLE}
 
 
 async def _after_waits(broker: Broker, request: RemotingCommand, queue_id: int,
@@ -135,7 +138,9 @@ async def _after_waits(broker: Broker, request: RemotingCommand, queue_id: int,
             end, broker.store.config.sync_flush_timeout_ms / 1000):
         code = ResponseCode.FLUSH_DISK_TIMEOUT
     if code == ResponseCode.SUCCESS and broker.replication.waits_for_replicas:
-        code = _REPLICATED_CODES[await broker.replication.wait_replicated(end)]
+        code = _REPLICATED_CODES[await broker.replication.wait_replicated(last.phys_offset, end)]
+        if code == ResponseCode.SERVICE_NOT_AVAILABLE:
+            return request.reply(code, LOST_LEADERSHIP_REMARK)
     return _sent(broker, request, queue_id, results, code)
 
 

@@ -14,7 +14,7 @@ from core.broker.slave_sync import slave_sync_loop
 from core.config import BrokerNode, Config
 from core.errors import ConfigError
 from core.plugin_manager import PluginHost
-from core.remoting.client import open_remoting_client, split_address
+from core.remoting.client import RemotingClient, open_remoting_client, split_address
 from core.remoting.server import serve_remoting
 from core.store.message_store import open_message_store
 
@@ -34,7 +34,8 @@ async def serve_broker(
     hold = PullHold()
     plugins.register(hold, name=f"pull-hold:{node.node}")
     try:
-        async with open_message_store(root, config.store, plugins) as store, \
+        made = plugins.message_store(config.replication.mode, node, config, root)
+        async with open_message_store(root, config.store, plugins, store=made) as store, \
                 open_remoting_client(plugins=plugins) as client:
             replication = plugins.replication(config.replication.mode, node, config, store)
             if replication is None:
@@ -52,11 +53,7 @@ async def serve_broker(
                     ha_address = await nursery.start(replication.serve, broker.ha_address)
                     broker.ha_address = ha_address or ""
                     broker.schedule.store_host = broker.transactions.store_host = broker.store_host
-                    if replication.writable:  # a replica's log only grows by replication
-                        nursery.start_soon(broker.schedule.run)
-                        nursery.start_soon(broker.transactions.run)
-                    else:
-                        nursery.start_soon(slave_sync_loop, broker, client)
+                    nursery.start_soon(_follow_role, broker, client)
                     nursery.start_soon(registration_loop, broker, client, config.namesrv_addresses)
                     nursery.start_soon(_housekeeping, broker)
                     log.info("broker %s listening on %s", node.node, broker.address)
@@ -67,6 +64,24 @@ async def serve_broker(
                 broker.offsets.save()
     finally:
         plugins.unregister(hold)
+
+
+async def _follow_role(broker: Broker, client: RemotingClient) -> None:
+    """Run what the node's role needs: a master delivers delayed messages and checks open
+    transactions; a replica copies its master's metadata. Under raft the role changes with
+    elections: the tasks are swapped and the node registers its new id at once."""
+    while True:
+        async with trio.open_nursery() as nursery:
+            if broker.replication.writable:  # a replica's log only grows by replication
+                nursery.start_soon(broker.schedule.run)
+                nursery.start_soon(broker.transactions.run)
+            else:
+                nursery.start_soon(slave_sync_loop, broker, client)
+            await broker.replication.wait_role_changed()
+            nursery.cancel_scope.cancel()
+        log.info("broker %s: now %s (broker id %d)", broker.node.node,
+                 "writable" if broker.replication.writable else "read-only", broker.replication.broker_id)
+        broker.register_wanted.set()
 
 
 async def _housekeeping(broker: Broker) -> None:

@@ -45,6 +45,7 @@ from core.store.mapped_file import MappedFile
 from core.store.retention import disk_used_ratio, expired_segments
 from core.topic_names import SCHEDULE_TOPIC
 from formats.archive import archive_segment
+from formats.buffers import ReadableBytes
 from formats.consume_queue import CQEntry
 from formats.errors import RecordError
 from formats.properties import TAGS as TAGS_PROPERTY
@@ -338,13 +339,7 @@ class MessageStore:
         log_ = self.commitlog
         log_end = log_.write_offset
         reput = self.reput_offset
-        queues = self.queues.queues
-        index_on = self._index_enabled
-        delay_levels = self._delay_levels_ms
-        index_entries: list[tuple[int, int, int]] = []
-        requests: list[DispatchRequest] | None = [] if self._notify_dispatch else None
-        count = 0
-        stamp = 0
+        batch = self.dispatch_batch()
         while reput < log_end:
             seg = log_.segment_of(reput)
             if seg is None:
@@ -359,33 +354,18 @@ class MessageStore:
                     break
                 if total > limit - pos:
                     break  # the rest of this record comes with the next chunk
-                total, topic, queue_id, queue_offset, sysflag, stamp, props = decode_dispatch_fields(
-                    view, pos, pos + total)
-                phys = base + pos
-                tags = record_tags_code(topic, props, stamp, delay_levels)
-                if is_dispatched(sysflag):
-                    cq = queues.get((topic, queue_id)) or self.queues.get_or_create(topic, queue_id)
-                    cq.put_entry(queue_offset, phys, total, tags)
-                keys = index_keys(props) if index_on else None
-                if keys:
-                    index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
-                if requests is not None:
-                    requests.append(DispatchRequest.of_fields(topic, queue_id, queue_offset, phys, total, tags, stamp,
-                                                              sysflag, props))
-                count += 1
+                batch.add(view, pos, total, base + pos)
                 pos += total
             if base + pos == reput:
                 break
             reput = base + pos
-        if index_entries:
-            self.index.ensure_room(1)
-            self.index.put_many(index_entries)
-        if count:
-            self._last_store_ts = self._last_dispatch_ts = stamp
         self.reput_offset = reput
-        if requests and self.plugins is not None:
-            self.plugins.records_dispatched(self.root, DispatchBatch.of_requests(requests))
-        return count
+        return batch.finish()
+
+    def dispatch_batch(self) -> RecordDispatch:
+        """A batch for dispatching records found in the log (a replica's or a raft log's):
+        :meth:`RecordDispatch.add` each, then :meth:`RecordDispatch.finish`."""
+        return RecordDispatch(self)
 
     def truncate_replica(self, end: int) -> int:
         """Cut a replica's log (and the queue entries pointing into the cut) at ``end``, where
@@ -752,6 +732,52 @@ class MessageStore:
         self.index.close()
 
 
+class RecordDispatch:
+    """Queue and index entries for records found in the log, written as they are added (a
+    replica's hot loop: only the fields its entries need are decoded, no MessageRecord)."""
+
+    __slots__ = ("count", "index_entries", "requests", "stamp", "store", "_delay_levels", "_index_on",
+                 "_queues")
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.count = 0
+        self.stamp = 0
+        self.index_entries: list[tuple[int, int, int]] = []
+        self.requests: list[DispatchRequest] | None = [] if store._notify_dispatch else None
+        self._queues = store.queues.queues
+        self._index_on = store._index_enabled
+        self._delay_levels = store._delay_levels_ms
+
+    def add(self, view: ReadableBytes, pos: int, total: int, phys: int) -> None:
+        """The ``total``-byte record at ``pos`` of ``view``, which lies at ``phys`` in the log."""
+        total, topic, queue_id, queue_offset, sysflag, stamp, props = decode_dispatch_fields(view, pos, pos + total)
+        tags = record_tags_code(topic, props, stamp, self._delay_levels)
+        if is_dispatched(sysflag):
+            cq = self._queues.get((topic, queue_id)) or self.store.queues.get_or_create(topic, queue_id)
+            cq.put_entry(queue_offset, phys, total, tags)
+        keys = index_keys(props) if self._index_on else None
+        if keys:
+            self.index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
+        if self.requests is not None:
+            self.requests.append(DispatchRequest.of_fields(topic, queue_id, queue_offset, phys, total, tags, stamp,
+                                                           sysflag, props))
+        self.count += 1
+        self.stamp = stamp
+
+    def finish(self) -> int:
+        """Write the index entries, tell the listeners; returns how many records."""
+        store = self.store
+        if self.index_entries:
+            store.index.ensure_room(1)
+            store.index.put_many(self.index_entries)
+        if self.count:
+            store._last_store_ts = store._last_dispatch_ts = self.stamp
+        if self.requests and store.plugins is not None:
+            store.plugins.records_dispatched(store.root, DispatchBatch.of_requests(self.requests))
+        return self.count
+
+
 def _sync_all(files: list[MappedFile]) -> None:
     for mf in files:
         if not mf.closed:
@@ -760,10 +786,13 @@ def _sync_all(files: list[MappedFile]) -> None:
 
 @contextlib.asynccontextmanager
 async def open_message_store(
-    root: Path, config: StoreConfig, plugins: PluginHost | None = None, **kwargs: object
+    root: Path, config: StoreConfig, plugins: PluginHost | None = None, *, store: MessageStore | None = None,
+    **kwargs: object,
 ) -> AsyncIterator[MessageStore]:
-    """Open (recover) a store, run its background tasks, and close it cleanly on exit."""
-    store = MessageStore(root, config, plugins, **kwargs)  # type: ignore[arg-type]
+    """Open (recover) a store, run its background tasks, and close it cleanly on exit.
+    ``store`` is one made already (a replication mode's own, see ``mq_message_store``)."""
+    if store is None:
+        store = MessageStore(root, config, plugins, **kwargs)  # type: ignore[arg-type]
     await trio.to_thread.run_sync(store.open)
     try:
         async with open_unwrapped_nursery() as nursery:

@@ -40,9 +40,16 @@ _RECORD_HEAD = struct.Struct(">ii")
 class DiskRaftLog:
     """A :class:`replication.dledger.raft_log.RaftLog` over DLedger-layout files."""
 
-    def __init__(self, store_dir: Path, segment_size: int, index_file_entries: int = INDEX_FILE_ENTRIES) -> None:
+    def __init__(self, store_dir: Path, segment_size: int, index_file_entries: int = INDEX_FILE_ENTRIES, *,
+                 data: MappedFileQueue | None = None, base: int = 0) -> None:
+        """``data`` is the data files' queue when a store shares it (its reads and this log's
+        writes see one map); ``base`` is where the first entry goes (past the classic
+        segments of a store that ran master-slave before: a segment start)."""
+        if base % segment_size:
+            raise ValueError(f"the raft data must begin at a segment start, not at {base}")
         self.segment_size = segment_size
-        self.data = MappedFileQueue(store_dir / "commitlog", segment_size)
+        self.base = base
+        self.data = data if data is not None else MappedFileQueue(store_dir / "commitlog", segment_size)
         self.index = MappedFileQueue(store_dir / "dledger" / "index", index_file_entries * dledger.INDEX_ENTRY_SIZE)
         self._last = -1
         self._last_term = -1
@@ -55,7 +62,8 @@ class DiskRaftLog:
         checkpoint: synced before it was written) are checked against their data headers, and
         the log ends before the first that disagrees (pages of an unsynced tail reach the disk
         in any order, so a hole can hide under a later entry that looks whole)."""
-        self.data.load()
+        if not self.data.files:  # a shared queue may be loaded already
+            self.data.load()
         self.index.load()
         lo, hi = -1, self._index_capacity() - 1  # the last written index entry, by bisection
         while lo < hi:
@@ -91,7 +99,7 @@ class DiskRaftLog:
     def _set_end(self, last: int) -> None:
         self._last = last
         if last < 0:
-            self._last_term, self.write_pos = -1, self.data.min_offset
+            self._last_term, self.write_pos = -1, self.base
             return
         ix = self._index_entry(last)
         self._last_term, self.write_pos = ix.term, ix.pos + ix.size
@@ -124,6 +132,10 @@ class DiskRaftLog:
         at = ix.pos - mf.start
         body = bytes(mf.view[at + dledger.HEADER_SIZE: at + ix.size])
         return Entry(index, ix.term, body, ix.magic)
+
+    def position(self, index: int) -> int:
+        """Where entry ``index`` (held) starts in the data files."""
+        return self._index_entry(index).pos
 
     def entries(self, start: int, count_max: int, bytes_max: int) -> list[Entry]:
         held = range(max(start, 0), min(self._last, start + count_max - 1) + 1)
@@ -241,23 +253,23 @@ def _with_own_offset(body: bytes, phys: int) -> bytes:
 
 def save_hard_state(path: Path, state: HardState) -> None:
     """Write term and vote durably (DLedger's ``currterm`` properties) before any answer."""
-    _write_properties(path, {"currTerm": str(state.term), "voteLeader": state.voted_for or ""})
+    write_properties(path, {"currTerm": str(state.term), "voteLeader": state.voted_for or ""})
 
 
 def load_hard_state(path: Path) -> HardState:
-    props = _read_properties(path)
+    props = read_properties(path)
     return HardState(int(props.get("currTerm", "0")), props.get("voteLeader") or None)
 
 
 def save_commit_checkpoint(path: Path, committed_index: int, end_index: int) -> None:
-    _write_properties(path, {"endIndex": str(end_index), "committedIndex": str(committed_index)})
+    write_properties(path, {"endIndex": str(end_index), "committedIndex": str(committed_index)})
 
 
 def load_commit_checkpoint(path: Path) -> int:
-    return int(_read_properties(path).get("committedIndex", "-1"))
+    return int(read_properties(path).get("committedIndex", "-1"))
 
 
-def _write_properties(path: Path, props: dict[str, str]) -> None:
+def write_properties(path: Path, props: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -272,7 +284,7 @@ def _write_properties(path: Path, props: dict[str, str]) -> None:
         os.close(fd)
 
 
-def _read_properties(path: Path) -> dict[str, str]:
+def read_properties(path: Path) -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,13 +53,19 @@ class RaftDriver:
     """One member of raft group ``group`` storing its log under ``store_dir``."""
 
     def __init__(self, group: str, node_id: str, peers: dict[str, str], store_dir: Path, segment_size: int,
-                 settings: RaftSettings | None = None, rng: random.Random | None = None) -> None:
+                 settings: RaftSettings | None = None, rng: random.Random | None = None, *,
+                 log: DiskRaftLog | None = None, on_commit: Callable[[int], None] | None = None) -> None:
+        """``log`` is one its owner (a broker's store) opened already; else the driver opens
+        and closes its own. ``on_commit`` is called on the loop with each new commit index,
+        before the appends it completes are answered."""
         self.group = group
         self.id = node_id
         self.peers = peers  # every member (this one included): id -> raft address
         self.store_dir = store_dir
         self.settings = settings or RaftSettings()
-        self.log = DiskRaftLog(store_dir, segment_size)
+        self._owns_log = log is None
+        self.log = log if log is not None else DiskRaftLog(store_dir, segment_size)
+        self._on_commit = on_commit
         self._state_dir = store_dir / "dledger"
         self._rng = rng or random.Random()
         self.node: RaftNode | None = None
@@ -76,7 +83,8 @@ class RaftDriver:
     async def run(self, listen: str, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Open the log, serve the raft port, and run the member until cancelled."""
         committed = load_commit_checkpoint(self._state_dir / "checkpoint")
-        await trio.to_thread.run_sync(self.log.open, committed)
+        if self._owns_log:
+            await trio.to_thread.run_sync(self.log.open, committed)
         try:
             now = trio.current_time()
             self.node = RaftNode(self.id, tuple(self.peers), self.log, self.settings, self._rng, now,
@@ -90,7 +98,8 @@ class RaftDriver:
         finally:
             with trio.CancelScope(shield=True):
                 await self._checkpoint()
-            self.log.close()
+            if self._owns_log:
+                self.log.close()
 
     # ------------------------------------------------------------------ inputs
 
@@ -122,6 +131,15 @@ class RaftDriver:
         order = {p: i for i, p in enumerate(proposals)}
         results.sort(key=lambda c: order[c.proposal])
         return [Appended(c.code, c.index, c.term) for c in results]
+
+    def propose(self, bodies: list[bytes]) -> list[int] | Code:
+        """Append ``bodies`` without waiting: their proposal numbers, or why not (the caller
+        learns the outcome from the commit index and the entries' terms)."""
+        if self.node is None:
+            return Code.NOT_LEADER
+        out = self.node.propose(bodies, trio.current_time())
+        self._wake.set()
+        return out
 
     def transfer_leadership(self, target: str) -> str | None:
         if self.node is None:
@@ -182,6 +200,8 @@ class RaftDriver:
                 waiter[0].set()
         if ready.commit_index > self.commit_index:
             self.commit_index = ready.commit_index
+            if self._on_commit is not None:
+                self._on_commit(ready.commit_index)
             self._committed.set()
             self._committed = trio.Event()
         if (ready.role, ready.leader, ready.term) != (self.role, self.leader, self.term):

@@ -5,9 +5,7 @@ acked, how far behind that is in bytes and in time, and the sends waiting for an
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
-
-import trio
+from dataclasses import dataclass
 
 TIMELINE_SAMPLE_S = 0.1
 TIMELINE_SAMPLES_MAX = 36_000  # an hour at one sample a tenth of a second
@@ -46,52 +44,6 @@ class WriteTimeline:
             if end > acked:
                 return max(0.0, now - stamp)
         return 0.0 if not self._samples else max(0.0, now - self._samples[-1][1])
-
-
-# How often waiting sends look at their deadlines: a shared tick, not a cancel scope per send
-# (one per send cost more CPU than the wait itself on a busy sync master).
-DEADLINE_TICK_S = 0.05
-
-
-@dataclass(slots=True)
-class AckWaiters:
-    """Sends waiting until some slave acks their end offset. Waiters share one event per
-    advance of the watermark (which only grows, as RocketMQ's push2SlaveMaxOffset); a tick
-    (:meth:`tick`, run by the HA service) wakes them now and then to check their deadlines."""
-
-    acked: int = 0
-    waiting: int = 0
-    _advanced: trio.Event = field(default_factory=trio.Event)
-
-    def advance(self, offset: int) -> None:
-        if offset > self.acked:
-            self.acked = offset
-            self._wake()
-
-    def _wake(self) -> None:
-        advanced, self._advanced = self._advanced, trio.Event()
-        advanced.set()
-
-    async def wait(self, offset: int, timeout_s: float) -> bool:
-        """Wait until the watermark reaches ``offset``; False after ``timeout_s`` (give or
-        take one tick)."""
-        if self.acked >= offset:
-            return True
-        deadline = trio.current_time() + timeout_s
-        self.waiting += 1
-        try:
-            while self.acked < offset and trio.current_time() < deadline:
-                await self._advanced.wait()
-        finally:
-            self.waiting -= 1
-        return self.acked >= offset
-
-    async def tick(self, period_s: float = DEADLINE_TICK_S) -> None:
-        """Wake the waiters every ``period_s`` so each checks its deadline; runs until cancelled."""
-        while True:
-            await trio.sleep(period_s)
-            if self.waiting:
-                self._wake()
 
 
 def best_ack(links: list[SlaveLink]) -> int | None:

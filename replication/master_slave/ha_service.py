@@ -11,8 +11,9 @@ from core.config import ReplicationConfig
 from core.remoting.client import split_address
 from core.store.message_store import MessageStore
 from replication.errors import ProtocolError
-from replication.master_slave.acks import AckWaiters, SlaveLink, WriteTimeline, best_ack
+from replication.master_slave.acks import SlaveLink, WriteTimeline, best_ack
 from replication.master_slave.protocol import ReportParser, encode_transfer_header
+from replication.watermark_waiters import AckWaiters
 
 log = logging.getLogger(__name__)
 

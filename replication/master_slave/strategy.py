@@ -39,6 +39,13 @@ class MasterSlaveReplication:
         return self._sync and self.is_master
 
     @property
+    def broker_id(self) -> int:
+        return self.node.id
+
+    async def wait_role_changed(self) -> None:
+        await trio.sleep_forever()  # ids decide the roles, once
+
+    @property
     def master_missing(self) -> bool:
         return self.client is not None and self.client.master_ha is None
 
@@ -54,13 +61,17 @@ class MasterSlaveReplication:
         if self.client is not None:
             self.client.set_master(ha_addr)
 
-    async def wait_replicated(self, end_offset: int) -> Replicated:
+    async def wait_replicated(self, phys_offset: int, end_offset: int) -> Replicated:
         assert self.service is not None
         if not slave_ok(self.service.links, self.store.commitlog.write_offset, self.settings.ha_slave_fallbehind_max):
             return Replicated.NO_REPLICA
         if await self.service.acks.wait(end_offset, self.sync_timeout_s):
             return Replicated.OK
         return Replicated.TIMEOUT
+
+    def transfer_leadership(self, target: str) -> str | None:
+        return (f"replication.mode = {self.mode!r} has no elected leader: broker id 0 is the master "
+                "(leadership transfer needs replication.mode = 'dledger')")
 
     def runtime_info(self) -> dict[str, str]:
         info = {"haMode": self.mode, "haRole": "master" if self.is_master else "slave"}

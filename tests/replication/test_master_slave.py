@@ -116,7 +116,7 @@ async def test_sync_sends_wait_for_the_slave_ack(tmp_path, small_store_config):
             while not master.service.links or master.service.links[0].acked is None:
                 await trio.sleep(0.01)
         result = master.store.put(msg(1))
-        assert await master.wait_replicated(result.phys_offset + result.size) is Replicated.OK
+        assert await master.wait_replicated(result.phys_offset, result.phys_offset + result.size) is Replicated.OK
         assert slave.store.commitlog.write_offset >= result.phys_offset + result.size
 
 
@@ -127,7 +127,7 @@ async def test_sync_without_a_slave_answers_not_available_and_a_silent_slave_tim
         master = MasterSlaveReplication(BrokerNode("g", 0), cfg, store, sync=True)
         ha = await nursery.start(master.serve, "127.0.0.1:0")
         put = store.put(msg(1))
-        assert await master.wait_replicated(put.phys_offset + put.size) is Replicated.NO_REPLICA
+        assert await master.wait_replicated(put.phys_offset, put.phys_offset + put.size) is Replicated.NO_REPLICA
         # a slave that reports once and then never acks: close enough to wait for, but never done
         host, port = ha.rsplit(":", 1)
         stream = await trio.open_tcp_stream(host, int(port))
@@ -136,7 +136,7 @@ async def test_sync_without_a_slave_answers_not_available_and_a_silent_slave_tim
             while not master.service.links or master.service.links[0].acked is None:
                 await trio.sleep(0.01)
         started = trio.current_time()
-        assert await master.wait_replicated(put.phys_offset + put.size) is Replicated.TIMEOUT
+        assert await master.wait_replicated(put.phys_offset, put.phys_offset + put.size) is Replicated.TIMEOUT
         assert 0.25 <= trio.current_time() - started < 3
         await stream.aclose()
         nursery.cancel_scope.cancel()

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from replication.master_slave.acks import DEADLINE_TICK_S, AckWaiters
+from replication.watermark_waiters import DEADLINE_TICK_S, AckWaiters
 
 
 @pytest.fixture

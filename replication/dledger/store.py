@@ -1,0 +1,213 @@
+"""The message store of a raft member: the raft log is the CommitLog (RocketMQ's
+DLedgerCommitLog), and only committed entries reach the ConsumeQueues and the key index.
+
+```
+ commitlog/  [classic segments of an earlier master-slave era][raft data files from `base`]
+                                                              ^ entries [48-byte header][record]
+ a record's physical offset = its entry's position + 48 (ConsumeQueue entries, offset msgIds)
+ readable end (commitlog.write_offset) = the end of the last committed entry dispatched
+```
+
+The leader puts a record by encoding it (queue offset and store time assigned here) and
+proposing it to the raft node, which appends it to the log; the send waits for the commit
+(:class:`replication.dledger.strategy.DLedgerReplication`). Every member dispatches entries as
+its commit index grows, so followers serve committed messages too.
+
+Switching a master-slave store to raft keeps its classic segments: they are recovered and
+dispatched as before, then the raft data begins at the next segment start (``dledger/base``),
+so every old physical offset, queue offset and consumer offset stays valid.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+from core.config import StoreConfig
+from core.errors import ReadOnlyStoreError, StoreCorruptError
+from core.plugin_manager import PluginHost
+from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from core.store.commitlog import LogRecovery
+from core.store.message_store import (
+    ABORT_FILE,
+    CHECKPOINT_FILE,
+    MessageStore,
+    PutResult,
+    RecoveryReport,
+    now_ms,
+)
+from formats import dledger
+from formats.record import MessageRecord, prepare_record, write_record
+from formats.segments import parse_segment_name
+from replication.dledger.disk_log import (
+    DiskRaftLog,
+    load_commit_checkpoint,
+    read_properties,
+    sync_files,
+    write_properties,
+)
+from replication.dledger.messages import Code
+
+log = logging.getLogger(__name__)
+
+BASE_FILE = "base"  # dledger/base: dataBeginOffset=<where the raft data begins>
+_ENTRY_HEAD = struct.Struct(">iiq")  # magic, size, raft index
+Proposer = Callable[[list[bytes]], "list[int] | Code"]
+
+
+class DLedgerMessageStore(MessageStore):
+    """The store under ``root`` of one raft member (``replication.mode = "dledger"``)."""
+
+    def __init__(self, root: Path, config: StoreConfig, plugins: PluginHost | None = None, **kwargs: object) -> None:
+        super().__init__(root, config, plugins, **kwargs)  # type: ignore[arg-type]
+        self.state_dir = root / "dledger"
+        self.raft_log = DiskRaftLog(root, config.segment_size_bytes, data=self.commitlog.files)
+        self.committed_index = -1
+        self.proposer: Proposer | None = None  # the raft node's propose, set by the replication
+        self.set_read_only("no raft leader elected yet")
+
+    # ---------------------------------------------------------------- opening
+
+    def open(self) -> RecoveryReport:
+        self.root.mkdir(parents=True, exist_ok=True)
+        clean = not (self.root / ABORT_FILE).exists()
+        base = self._data_base()
+        self.raft_log = DiskRaftLog(self.root, self.config.segment_size_bytes, data=self.commitlog.files, base=base)
+        committed = load_commit_checkpoint(self.state_dir / "checkpoint")
+        self.raft_log.open(committed)
+        end = self.raft_log.write_pos
+        self.queues.recover(end)
+        if self._index_enabled:
+            self.index.recover(end)
+        checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
+        self.reput_offset = self.commitlog.write_offset = self.commitlog.flushed_offset = base
+        if checkpoint is not None:
+            self.reput_offset = max(base, min(checkpoint.dispatched_offset, end))
+        scanned_from = self.reput_offset
+        redispatched = self.dispatch_committed(min(committed, self.raft_log.last_index))
+        (self.root / ABORT_FILE).touch()
+        self._open = True
+        self._refusal = self._read_only
+        self._notify_dispatch = self.plugins is not None and self.plugins.listens_to_dispatch()
+        self._update_disk_state()
+        return RecoveryReport(clean, LogRecovery(scanned_from, end, redispatched, 0, None), redispatched)
+
+    def _data_base(self) -> int:
+        """Where the raft data begins: read from ``dledger/base``, or fixed on the first start.
+        A store that held a classic CommitLog is recovered and dispatched as one first; the
+        raft data then begins at the next segment start."""
+        props = read_properties(self.state_dir / BASE_FILE)
+        if "dataBeginOffset" in props:
+            return int(props["dataBeginOffset"])
+        seg = self.config.segment_size_bytes
+        base = 0
+        if _classic_segments(self.root / "commitlog"):
+            super().open()  # the master-slave era: recover, dispatch, then it is read-only history
+            self._open = False
+            base = -(-self.commitlog.write_offset // seg) * seg
+            sync_files(self.queues.dirty_files() + self.index.dirty_files())
+            write_checkpoint(self.root / CHECKPOINT_FILE, Checkpoint(
+                self._last_store_ts, self._last_dispatch_ts, self._last_dispatch_ts, base, base))
+            log.info("store %s: classic CommitLog kept below %d; raft entries follow from there", self.root, base)
+        write_properties(self.state_dir / BASE_FILE, {"dataBeginOffset": str(base)})
+        return base
+
+    # ---------------------------------------------------------------- dispatching
+
+    def dispatch_committed(self, commit_index: int) -> int:
+        """Dispatch every entry up to ``commit_index`` not dispatched yet (normal entries;
+        no-ops only move the cursor); returns how many records."""
+        self.committed_index = max(self.committed_index, commit_index)
+        files = self.raft_log.data
+        reput = self.reput_offset
+        batch = self.dispatch_batch()
+        seg_size = self.raft_log.segment_size
+        while True:
+            mf = files.find(reput)
+            if mf is None:
+                break
+            view, at = mf.view, reput - mf.start
+            if mf.size - at < dledger.HEADER_SIZE or dledger.is_padding(view, at):
+                reput = mf.start + seg_size
+                continue
+            magic, size, index = _ENTRY_HEAD.unpack_from(view, at)
+            if magic not in dledger.ENTRY_MAGICS or index > commit_index:
+                break
+            if size < dledger.HEADER_SIZE or at + size > mf.size:
+                raise StoreCorruptError(f"raft entry {index} claims {size} bytes", mf.path, reput)
+            if magic == dledger.MAGIC_NORMAL and size > dledger.HEADER_SIZE:
+                batch.add(view, at + dledger.HEADER_SIZE, size - dledger.HEADER_SIZE, reput + dledger.HEADER_SIZE)
+            reput += size
+        self.reput_offset = self.commitlog.write_offset = self.commitlog.flushed_offset = reput
+        return batch.finish()
+
+    # ---------------------------------------------------------------- writing (the leader)
+
+    def start_leading(self) -> None:
+        """This member leads and everything in its log is committed and dispatched: queue
+        offsets continue from the ConsumeQueues, and writes are taken."""
+        for cq in self.queues.queues.values():
+            cq.assigned = cq.max_offset
+        self.set_read_only(None)
+
+    def put(self, rec: MessageRecord) -> PutResult:
+        return self._propose([rec])[0]
+
+    def put_many(self, records: list[MessageRecord]) -> list[PutResult]:
+        first = records[0]
+        if any((r.topic, r.queue_id, r.sysflag) != (first.topic, first.queue_id, first.sysflag) for r in records):
+            raise ValueError("put_many takes records of one topic, queue and sysflag")
+        return self._propose(records)
+
+    def _propose(self, records: list[MessageRecord]) -> list[PutResult]:
+        if self._refusal is not None:
+            self._refuse()
+        for rec in records:
+            self._check_body(rec)
+        preps = [prepare_record(rec) for rec in records]
+        cq, queue_offset = self._claim_queue(records[0], len(records))
+        stamp = now_ms()
+        bodies = []
+        for i, (rec, prep) in enumerate(zip(records, preps)):
+            buf = bytearray(prep[0])
+            write_record(buf, 0, rec, prep, queue_offset + i if cq is not None else 0, 0, stamp)
+            bodies.append(bytes(buf))
+        proposer = self.proposer
+        first_index = self.raft_log.last_index + 1
+        outcome = Code.NOT_LEADER if proposer is None else proposer(bodies)
+        if isinstance(outcome, Code):
+            raise ReadOnlyStoreError(f"raft: {outcome.name} (this member cannot take writes now)")
+        if cq is not None:
+            cq.assigned = queue_offset + len(records)
+        self._last_store_ts = stamp
+        log_ = self.raft_log
+        return [PutResult(log_.position(first_index + i) + dledger.HEADER_SIZE, queue_offset + i if cq else 0,
+                          prep[0], stamp) for i, prep in enumerate(preps)]
+
+    def entry_at_record(self, phys_offset: int) -> tuple[int, int]:
+        """The raft index and term of the entry holding the record at ``phys_offset``."""
+        mf = self.raft_log.data.find(phys_offset)
+        if mf is None:
+            raise KeyError(phys_offset)
+        head = dledger.decode_header(mf.view, phys_offset - dledger.HEADER_SIZE - mf.start)
+        return head.raft_index, head.term
+
+    # ---------------------------------------------------------------- housekeeping
+
+    async def apply_retention(self, now: float | None = None) -> list[Path]:
+        """Raft data files stay: the raft log is indexed from its first entry (retention of
+        the raft log is not supported yet; the disk-full guard still refuses writes)."""
+        return []
+
+    def _close_files(self) -> None:
+        super()._close_files()
+        self.raft_log.close()
+
+
+def _classic_segments(directory: Path) -> bool:
+    """Whether ``directory`` holds CommitLog segments written before raft (any data file)."""
+    if not directory.is_dir():
+        return False
+    return any(parse_segment_name(p.name) is not None and p.stat().st_size > 0 for p in directory.iterdir())

@@ -1,0 +1,149 @@
+"""Raft replication as the broker sees it (core.broker.replication.Replication): the members of
+a broker group elect a leader, which takes the writes and registers as the master (broker id
+0); followers register as slaves and refuse sends.
+
+```
+ send -> store.put -> raft propose (entry appended) ... quorum commit -> on_commit:
+         dispatch committed entries, advance the commit watermark -> the send is answered
+```
+A new leader takes writes only once the first entry of its term (the election no-op) is
+committed: by then every entry before it is committed and dispatched, so queue offsets continue
+from its ConsumeQueues.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+import trio
+
+from core.broker.replication import Replicated
+from core.config import BrokerNode, Config
+from core.remoting.client import split_address
+from replication.dledger.driver import RaftDriver
+from replication.dledger.raft_node import RaftSettings, Role
+from replication.dledger.store import DLedgerMessageStore
+from replication.watermark_waiters import AckWaiters
+
+log = logging.getLogger(__name__)
+
+
+def raft_address(node: BrokerNode) -> str:
+    """A member's raft port: its broker port + 1 (the HA port of the other modes)."""
+    host, port = split_address(node.listen)
+    return f"{host}:{port + 1}"
+
+
+def follower_broker_id(node: BrokerNode) -> int:
+    """The id a member registers under while it follows: stable, distinct, never 0."""
+    return node.id + 1
+
+
+class DLedgerReplication:
+    """One member of a raft group: the [[brokers]] sharing ``node.name``."""
+
+    def __init__(self, node: BrokerNode, config: Config, store: DLedgerMessageStore,
+                 settings: RaftSettings | None = None) -> None:
+        self.node = node
+        self.store = store
+        members = [b for b in config.brokers if b.name == node.name]
+        self.peers = {b.node: raft_address(b) for b in members}
+        self.settings = settings or RaftSettings()
+        self.driver = RaftDriver(node.name, node.node, self.peers, store.root, store.config.segment_size_bytes,
+                                 self.settings, log=store.raft_log, on_commit=self._committed)
+        self.commits = AckWaiters()  # watermark: commit index + 1
+        self._leading = False
+        self._role_changed = trio.Event()
+        store.proposer = self.driver.propose
+
+    # ------------------------------------------------------------------ Replication
+
+    @property
+    def writable(self) -> bool:
+        return self._leading
+
+    @property
+    def waits_for_replicas(self) -> bool:
+        return True
+
+    @property
+    def broker_id(self) -> int:
+        return 0 if self._leading else follower_broker_id(self.node)
+
+    @property
+    def master_missing(self) -> bool:
+        return False  # elections, not registrations, find the leader
+
+    async def wait_role_changed(self) -> None:
+        await self._role_changed.wait()
+
+    async def serve(self, ha_listen: str, *, task_status: trio.TaskStatus[str | None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.commits.advance(self.store.committed_index + 1)
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(self.driver.run, ha_listen)
+            nursery.start_soon(self._follow_roles)
+            nursery.start_soon(self.commits.tick)
+            task_status.started(f"{split_address(ha_listen)[0]}:{port}")
+
+    def master_learned(self, master_addr: str | None, ha_addr: str | None) -> None:
+        pass  # the leader is whoever won the election
+
+    async def wait_replicated(self, phys_offset: int, end_offset: int) -> Replicated:
+        index, term = self.store.entry_at_record(phys_offset)
+        driver = self.driver
+
+        def deposed() -> bool:
+            return driver.term != term or not self._leading
+
+        await self.commits.wait(index + 1, self.settings.wait_ack_timeout_s, deposed)
+        if driver.commit_index >= index:
+            return Replicated.OK if self.store.raft_log.term_at(index) == term else Replicated.LOST_LEADERSHIP
+        return Replicated.LOST_LEADERSHIP if deposed() else Replicated.TIMEOUT
+
+    def transfer_leadership(self, target: str) -> str | None:
+        """Hand leadership to member ``target`` (a node name such as broker-a-1); None, or
+        why not."""
+        return self.driver.transfer_leadership(target)
+
+    def runtime_info(self) -> dict[str, str]:
+        driver, node = self.driver, self.driver.node
+        leader = driver.leader
+        return {
+            "haMode": "dledger", "haRole": driver.role.value if not self._leading else "leader",
+            "raftMember": driver.id, "raftTerm": str(driver.term), "raftLeader": leader or "",
+            "raftLeaderAddr": self.peers.get(leader, "") if leader else "",
+            "raftCommitIndex": str(driver.commit_index), "raftLastIndex": str(self.store.raft_log.last_index),
+            "raftWritable": str(self._leading).lower(),
+            "raftWatermarks": orjson.dumps(node.watermarks() if node is not None else {}).decode(),
+            "raftPeers": orjson.dumps(self.peers).decode(),
+        }
+
+    # ------------------------------------------------------------------ roles
+
+    def _committed(self, commit_index: int) -> None:
+        self.store.dispatch_committed(commit_index)
+        self.commits.advance(commit_index + 1)
+        self._check_role()
+
+    async def _follow_roles(self) -> None:
+        while True:
+            await self.driver.wait_role_change()
+            self._check_role()
+
+    def _check_role(self) -> None:
+        driver = self.driver
+        leading = (driver.role is Role.LEADER and driver.commit_index >= 0
+                   and self.store.raft_log.term_at(driver.commit_index) == driver.term)
+        if leading == self._leading:
+            return
+        self._leading = leading
+        if leading:
+            self.store.start_leading()
+            log.info("raft %s: leading term %d from index %d", driver.id, driver.term, driver.commit_index)
+        else:
+            self.store.set_read_only(f"raft member {driver.id} is not the leader of {self.node.name} "
+                                     f"(leader: {driver.leader or 'being elected'}): send to the master")
+        self.commits.wake()
+        self._role_changed.set()
+        self._role_changed = trio.Event()
