@@ -34,10 +34,7 @@ config_app = typer.Typer(help="Read and edit the cluster's conf.toml, keeping it
 RESTART_HINT = "restart the nodes to apply: mqctl restart"
 
 # Values conf.toml accepts but this version cannot run yet; remove an entry once it ships.
-NOT_YET_AVAILABLE: dict[tuple[str, str, object], str] = {
-    ("replication", "mode", "dledger"):
-        "DLedger replication is not available in this version yet; the supported modes are async and sync",
-}
+NOT_YET_AVAILABLE: dict[tuple[str, str, object], str] = {}
 
 _TRUE = ("true", "yes", "1")
 _FALSE = ("false", "no", "0")

@@ -16,6 +16,7 @@ from mqctl.config_cmd import config_app
 from mqctl.consumer_cmd import consumer_app
 from mqctl.dump import dump
 from mqctl.errors import CliError
+from mqctl.leader_cmd import leader_app
 from mqctl.message_cmd import message_app
 from mqctl.topic_cmd import cluster_app, topic_app
 
@@ -40,6 +41,7 @@ app.add_typer(message_app, name="message")
 app.command("dump")(dump)
 app.add_typer(bench_app, name="bench")
 app.add_typer(config_app, name="config")
+app.add_typer(leader_app, name="leader")
 
 
 def _version(value: bool) -> None:

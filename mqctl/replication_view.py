@@ -9,7 +9,7 @@ counts as connected only when both sides say so.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,10 +103,52 @@ def slave_fields(slave: RuntimeInfo | None, master: RuntimeInfo | None, *, alive
                      "lag_seconds": link.lag_seconds, "state": "in sync" if link.lag_bytes == 0 else "catching up"}
 
 
+# `mqctl status` under replication.mode = "dledger": the raft view of each member
+RAFT_FIELDS = ("mode", "term", "leader", "commit_index", "last_index", "watermark", "state")
+RAFT_COLUMNS = RAFT_FIELDS
+
+
+def raft_leader_info(member_infos: Sequence[RuntimeInfo | None]) -> RuntimeInfo | None:
+    """The table of the group's member that leads (takes writes), if one answered."""
+    return next((i for i in member_infos if i and i.get("raftWritable") == "true"), None)
+
+
+def raft_fields(info: RuntimeInfo | None, leader: RuntimeInfo | None, *, alive: bool) -> dict[str, Any]:
+    """A raft member's row: its role, term, the leader it knows, commit and last index, and
+    the index the leader knows it holds (its watermark)."""
+    fields = dict.fromkeys(RAFT_FIELDS) | {"mode": "dledger"}
+    if not alive:
+        return fields | {"role": "down", "state": "down"}
+    if info is None or "raftTerm" not in info:
+        return fields | {"state": "not answering"}
+    role = info.get("haRole", "")
+    fields |= {"role": role, "term": int(info["raftTerm"]), "leader": info.get("raftLeader") or None,
+               "commit_index": int(info.get("raftCommitIndex", -1)), "last_index": int(info.get("raftLastIndex", -1))}
+    if leader is not None:
+        try:
+            marks = json.loads(leader.get("raftWatermarks") or "{}")
+            fields["watermark"] = int(marks[info["raftMember"]])
+        except (ValueError, KeyError, TypeError):
+            pass
+    if info.get("raftWritable") == "true":
+        state = "leading"
+    elif role == "leader":
+        state = "leading (committing its first entry)"
+    elif fields["leader"]:
+        behind = None if fields["watermark"] is None or leader is None else \
+            int(leader.get("raftLastIndex", 0)) - fields["watermark"]
+        state = f"following {fields['leader']}" + (f", {behind} behind" if behind else "")
+    else:
+        state = "electing"
+    return fields | {"state": state}
+
+
 def table_cells(row: Mapping[str, Any]) -> dict[str, Any]:
     """``row`` as the table shows it: yes/no, a master's slaves as connected/configured, and "-"
     for a slave's unknown lag."""
     cells = dict(row)
+    if row.get("mode") == "dledger":
+        return {k: UNKNOWN if v is None else v for k, v in cells.items()}
     if row.get("role") == "slave":
         cells["connected"] = "yes" if row.get("connected") else "no"
         for key in ("acked_offset", "lag_bytes", "lag_seconds"):

@@ -1,5 +1,5 @@
 """Operator requests: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO,
-VIEW_MESSAGE_BY_ID."""
+VIEW_MESSAGE_BY_ID, and mqctl's TRANSFER_LEADERSHIP."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from core.broker.broker import Broker
 
 GET_BROKER_RUNTIME_INFO = 28
+# mqctl's own (RocketMQ 4.x has no broker request for it): hand a raft group's leadership to the
+# member named in extFields "target"; answered at once, the election follows within a lease.
+TRANSFER_LEADERSHIP = 60001
 QUEUE_NUMS_MAX = 1024
 
 
@@ -67,6 +70,14 @@ def runtime_info(broker: Broker, request: RemotingCommand, conn: Connection) -> 
         **broker.replication.runtime_info(),
     }
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
+
+
+def transfer_leadership(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    target = request.ext_fields.get("target", "")
+    why = broker.replication.transfer_leadership(target)
+    if why is not None:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"cannot transfer leadership to {target!r}: {why}")
+    return request.reply(ResponseCode.SUCCESS, f"leadership of {broker.node.name} goes to {target}")
 
 
 def view_message(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:

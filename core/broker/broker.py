@@ -100,6 +100,7 @@ class Broker:
             RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
             RequestCode.QUERY_MESSAGE: handle_query_message,
             admin.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
+            admin.TRANSFER_LEADERSHIP: admin.transfer_leadership,
             RequestCode.GET_CONSUME_STATS: consumer_admin.consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: consumer_admin.consumer_connection_list,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,

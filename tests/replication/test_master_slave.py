@@ -229,5 +229,4 @@ def test_the_replication_hook_gives_each_mode_its_plugin(tmp_path, small_store_c
         assert slave is not None and not slave.writable and not slave.waits_for_replicas and slave.master_missing
         with pytest.raises(ReadOnlyStoreError):
             store.put(msg(1))
-        assert host.replication("dledger", BrokerNode("g", 0), cfg, store) is None
-    assert asked == ["async", "sync", "sync", "dledger"]
+    assert asked == ["async", "sync", "sync"]

@@ -1,0 +1,198 @@
+"""Raft members as a broker runs them: DLedgerMessageStore + DLedgerReplication over real
+loopback sockets and real files, in one process (the real-process drills are in
+tests/mqctl/test_dledger.py)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import trio
+
+from core.broker.replication import Replicated
+from core.config import BrokerNode, Config, ReplicationConfig, StoreConfig
+from core.errors import ReadOnlyStoreError
+from core.hookspecs import hookimpl
+from core.plugin_manager import PluginHost
+from core.store.message_store import MessageStore, open_message_store
+from formats.dledger import HEADER_SIZE
+from formats.record import MessageRecord
+from plugins import plugin_host
+from replication.dledger.store import DLedgerMessageStore
+from replication.dledger.strategy import DLedgerReplication, follower_broker_id
+
+QUEUES = 4
+
+
+def msg(i: int) -> MessageRecord:
+    return MessageRecord(topic="Orders", body=b"order %05d " % i * 20, queue_id=i % QUEUES,
+                         born_timestamp=1_700_000_000_000 + i, born_host=("10.0.0.9", 40000),
+                         store_host=("127.0.0.1", 10911),
+                         properties={"KEYS": f"k-{i}", "TAGS": "A", "UNIQ_KEY": f"{i:032X}"})
+
+
+def port_pair() -> int:
+    """A free port whose next port is free too (broker port, raft port)."""
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port pair")
+
+
+def group_config(store: StoreConfig, members: int) -> Config:
+    brokers = tuple(BrokerNode("g", i, f"127.0.0.1:{port_pair()}") for i in range(members))
+    return Config(store=store, replication=ReplicationConfig(mode="dledger"), brokers=brokers)
+
+
+class Group:
+    """Members started and stopped at will, each a store and its replication."""
+
+    def __init__(self, tmp_path: Path, config: Config, nursery: trio.Nursery) -> None:
+        self.tmp, self.config, self.nursery = tmp_path, config, nursery
+        self.members: dict[str, DLedgerReplication] = {}
+        self.scopes: dict[str, trio.CancelScope] = {}
+
+    async def start(self, node: BrokerNode) -> None:
+        scope = trio.CancelScope()
+
+        async def run(task_status: trio.TaskStatus[None]) -> None:
+            with scope:
+                store = DLedgerMessageStore(self.tmp / node.node, self.config.store)
+                async with open_message_store(store.root, store.config, store=store):
+                    rep = DLedgerReplication(node, self.config, store)
+                    self.members[node.node] = rep
+                    host, port = node.listen.rsplit(":", 1)
+                    async with trio.open_nursery() as inner:
+                        await inner.start(rep.serve, f"{host}:{int(port) + 1}")
+                        task_status.started()
+                        await trio.sleep_forever()
+
+        await self.nursery.start(run)
+        self.scopes[node.node] = scope
+
+    async def stop(self, node: str) -> None:
+        self.scopes.pop(node).cancel()
+        self.members.pop(node)
+        await trio.sleep(0)
+
+    async def leader(self, timeout_s: float = 10.0) -> DLedgerReplication:
+        with trio.fail_after(timeout_s):
+            while True:
+                leaders = [m for m in self.members.values() if m.writable]
+                if len(leaders) == 1:
+                    return leaders[0]
+                await trio.sleep(0.01)
+
+
+async def put_committed(leader: DLedgerReplication, records: list[MessageRecord]) -> list[int]:
+    offsets = []
+    for rec in records:
+        result = leader.store.put(rec)
+        assert await leader.wait_replicated(result.phys_offset, result.phys_offset + result.size) is Replicated.OK
+        offsets.append(result.queue_offset)
+    return offsets
+
+
+async def wait_dispatched(store: MessageStore, per_queue: int, timeout_s: float = 10.0) -> None:
+    with trio.fail_after(timeout_s):
+        while any(store.max_queue_offset("Orders", q) < per_queue for q in range(QUEUES)):
+            await trio.sleep(0.01)
+
+
+def queue_bodies(store: MessageStore) -> dict[int, list[bytes]]:
+    out = {}
+    for q in range(QUEUES):
+        entries = store.queue_entries("Orders", q, 0, 1000)
+        records = [store.read_record(e.phys_offset) for _, e in entries]
+        assert all(r.phys_offset == e.phys_offset for r, (_, e) in zip(records, entries))
+        out[q] = [r.body for r in records]
+    return out
+
+
+async def test_members_commit_dispatch_fail_over_and_catch_up(tmp_path, small_store_config):
+    config = group_config(small_store_config, 3)
+    async with trio.open_nursery() as nursery:
+        group = Group(tmp_path, config, nursery)
+        for node in config.brokers:
+            await group.start(node)
+        leader = await group.leader()
+        assert leader.broker_id == 0
+        assert await put_committed(leader, [msg(i) for i in range(40)]) == [i // QUEUES for i in range(40)]
+        for member in group.members.values():
+            await wait_dispatched(member.store, 10)
+            if member is not leader:
+                assert not member.writable and member.broker_id == follower_broker_id(member.node)
+                with pytest.raises(ReadOnlyStoreError):
+                    member.store.put(msg(99))
+        assert len({repr(queue_bodies(m.store)) for m in group.members.values()}) == 1
+
+        old = leader.node
+        await group.stop(old.node)
+        started = trio.current_time()
+        leader = await group.leader()
+        assert trio.current_time() - started < 5.0
+        assert await put_committed(leader, [msg(i) for i in range(40, 44)]) == [10] * QUEUES  # offsets go on
+
+        await group.start(old)
+        await wait_dispatched(group.members[old.node].store, 11)
+        assert len({repr(queue_bodies(m.store)) for m in group.members.values()}) == 1
+        assert queue_bodies(leader.store)[0] == [msg(i).body for i in range(0, 44, QUEUES)]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_master_slave_store_switched_to_raft_keeps_its_messages_and_queue_offsets(tmp_path, small_store_config):
+    root = tmp_path / "g-0"
+    async with open_message_store(root, small_store_config) as classic:
+        classic_results = [classic.put(msg(i)) for i in range(20)]
+    config = group_config(small_store_config, 1)
+    async with trio.open_nursery() as nursery:
+        group = Group(tmp_path, config, nursery)
+        await group.start(config.brokers[0])
+        leader = await group.leader()
+        store = leader.store
+        for res in classic_results:  # every old offset still reads, as the old msgIds name it
+            assert store.read_record(res.phys_offset).body == msg(classic_results.index(res)).body
+        assert await put_committed(leader, [msg(i) for i in range(20, 24)]) == [5] * QUEUES
+        await wait_dispatched(store, 6)
+        base = store.raft_log.base
+        assert base % small_store_config.segment_size_bytes == 0 and base > classic_results[-1].phys_offset
+        entries = store.queue_entries("Orders", 0, 5, 1)
+        assert entries[0][1].phys_offset >= base + HEADER_SIZE
+        await group.stop(config.brokers[0].node)
+
+        await group.start(config.brokers[0])  # reopened: the base stays, nothing is dispatched twice
+        leader = await group.leader()
+        assert [leader.store.max_queue_offset("Orders", q) for q in range(QUEUES)] == [6] * QUEUES
+        assert queue_bodies(leader.store)[1] == [msg(i).body for i in range(1, 24, QUEUES)]
+        nursery.cancel_scope.cancel()
+
+
+def test_the_plugin_makes_the_raft_store_and_strategy_for_dledger_only(tmp_path, small_store_config):
+    host = plugin_host(load_entry_points=False)
+    made: list[str] = []
+
+    class Observer:
+        @hookimpl
+        def mq_message_store(self, mode: str, node: BrokerNode, config: Config, root: Path,
+                             plugins: PluginHost) -> None:
+            made.append(mode)  # "not mine": the built-in plugins still answer
+
+    host.register(Observer())
+    config = group_config(small_store_config, 3)
+    node = config.brokers[0]
+    assert host.message_store("async", node, config, tmp_path / "a") is None
+    store = host.message_store("dledger", node, config, tmp_path / "d")
+    assert isinstance(store, DLedgerMessageStore) and made == ["async", "dledger"]
+    rep = host.replication("dledger", node, config, store)
+    assert isinstance(rep, DLedgerReplication) and rep.waits_for_replicas and not rep.writable
+    assert rep.peers == {b.node: f"127.0.0.1:{int(b.listen.rsplit(':', 1)[1]) + 1}" for b in config.brokers}
+    with pytest.raises(TypeError):
+        host.replication("dledger", node, config, MessageStore(tmp_path / "c", small_store_config))
