@@ -25,6 +25,7 @@ from formats.msgid import UniqKeyGenerator
 from formats.record import MessageRecord, encode_record
 from mqctl import bench_clusters
 from mqctl.bench_clusters import SETUPS
+from mqctl.bench_failover import bench_failover
 from mqctl.context import load
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput
@@ -36,6 +37,7 @@ class SendApi(str, enum.Enum):
 
 
 bench_app = typer.Typer(help="Benchmarks (results belong in docs/benchmarks.md).", no_args_is_help=True)
+bench_app.command("failover")(bench_failover)
 
 ASYNC_TARGET_RATIO = 0.5
 SYNC_TARGET_RPS = 20_000

@@ -13,6 +13,7 @@ from core.config import Config
 from mqctl import probe, replication_view, rolling
 from mqctl.context import load
 from mqctl.errors import CliError
+from mqctl.leader_cmd import group_infos, leader_of
 from mqctl.options import JsonOutput
 from mqctl.output import print_rows
 from mqctl.processes import (
@@ -82,7 +83,23 @@ def start_nodes(config: Config, specs: list[NodeSpec], deadline: float) -> list[
             rows.append({"node": spec.name, "address": spec.listen, "pid": pid, "state": "started"})
         if kind == "broker":
             _wait_registered(config, [s for s, _ in started], deadline)
+            if config.replication.mode == "dledger" and started:
+                _wait_raft_leaders(config, deadline)
     return rows
+
+
+def _wait_raft_leaders(config: Config, deadline: float) -> None:
+    """Wait until every raft group with a majority running has a leader taking writes (so a
+    send right after `mqctl start` finds a master)."""
+    groups = {b.name: [m for m in config.brokers if m.name == b.name] for b in config.brokers}
+    for name, members in groups.items():
+        running = [m for m in members if running_pid(config, m.node) is not None]
+        if 2 * len(running) <= len(members):
+            continue  # no majority: no leader to wait for
+        while leader_of(group_infos(config, name)) is None:
+            if time.monotonic() > deadline:
+                raise CliError(f"raft group {name} elected no leader in time (see mqctl status and the logs)")
+            time.sleep(0.05)
 
 
 def stop_cmd(ctx: typer.Context, nodes: NodeNames = None,

@@ -156,6 +156,20 @@ class Broker:
         if self.replication.writable or not queue_ids:
             return None
         self.slave_sync_wanted.set()
+        return self._adopt(topic, queue_ids)
+
+    def adopt_stored_topics(self) -> int:
+        """A node that just became its group's master (a raft election) serves every topic its
+        store holds queues of, though its copy of the old master's table may lag (copied every
+        ``slave_sync_interval_ms``): else the routes it registers would drop those topics.
+        Returns how many it added."""
+        by_topic: dict[str, list[int]] = {}
+        for name, qid in self.store.queues.queues:
+            by_topic.setdefault(name, []).append(qid)
+        added = [name for name, qids in by_topic.items() if name not in self.topics.topics and self._adopt(name, qids)]
+        return len(added)
+
+    def _adopt(self, topic: str, queue_ids: list[int]) -> TopicConfig:
         nums = max(max(queue_ids) + 1, self.settings.default_topic_queue_nums)
         return self.topics.ensure(topic, nums)[0]
 

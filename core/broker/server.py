@@ -79,6 +79,8 @@ async def _follow_role(broker: Broker, client: RemotingClient) -> None:
                 nursery.start_soon(slave_sync_loop, broker, client)
             await broker.replication.wait_role_changed()
             nursery.cancel_scope.cancel()
+        if broker.replication.writable:
+            broker.adopt_stored_topics()
         log.info("broker %s: now %s (broker id %d)", broker.node.node,
                  "writable" if broker.replication.writable else "read-only", broker.replication.broker_id)
         broker.register_wanted.set()

@@ -363,9 +363,10 @@ class Producer:
             route, default = await self._route(topic)
             queue = fixed or self._pick(topic, route, avoid)
             addr = route.master(queue.broker_name)
-            if addr is None:
+            if addr is None:  # e.g. between a raft leader's death and its successor's registration
                 failures.append(f"{queue.broker_name}: no master")
                 avoid = queue.broker_name
+                self.runtime.forget_route(topic)
                 continue
             cmd = self._command(topic, queue, body, sysflag, flag, props, default, batch=batch)
             try:
@@ -381,6 +382,8 @@ class Producer:
                 avoid = queue.broker_name
                 if resp.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.NO_PERMISSION):
                     break  # the same message fails the same way everywhere
+                if resp.code == ResponseCode.SERVICE_NOT_AVAILABLE:
+                    self.runtime.forget_route(topic)  # a slave now, or a deposed raft leader: ask again
                 continue
             return SendResult(status, props.get(UNIQ_KEY, ""), resp.ext_fields.get("msgId", ""),
                               MessageQueue(topic, queue.broker_name, int(resp.ext_fields.get("queueId", queue.queue_id))),
