@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import trio
 import typer
 
-from core.config import Config
+from core.config import BrokerNode, Config
 from mqctl import probe, replication_view, rolling
 from mqctl.context import load
 from mqctl.errors import CliError
@@ -134,6 +134,8 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
     them again), then per broker group its slaves, each waited for until its master has it
     connected and caught up, then its master. A node that was not running is started."""
     config = load(ctx)
+    if config.replication.mode == "dledger" and _switch_to_raft(config, timeout, as_json):
+        return
     order = rolling.restart_order(config, nodes_of(config, nodes))
     waits_for_slaves = rolling.is_master_slave(config)
     width = max((len(s.name) for s in order), default=0)
@@ -158,6 +160,8 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
             # brokers come back on their next registration: allow one interval beyond the timeout
             after = rolling.wait_brokers_registered(
                 config, spec, time.monotonic() + timeout + config.broker.register_interval_ms / 1000)
+        elif config.replication.mode == "dledger":
+            after = rolling.wait_raft_caught_up(config, broker, time.monotonic() + timeout)
         elif waits_for_slaves and role == "slave":
             after = rolling.wait_caught_up(config, broker, time.monotonic() + timeout)
         elif waits_for_slaves and rolling.slaves_of(config, broker):
@@ -167,6 +171,28 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
         row |= after
         if as_json:
             typer.echo(json.dumps(row))
+
+
+def _switch_to_raft(config: Config, timeout_s: float, as_json: bool) -> bool:
+    """`mqctl restart` after `config set replication.mode dledger` while groups still run
+    master-slave: each such group stops as a whole and starts as raft members (see
+    rolling.stop_group_for_raft). False when no group needs it (a rolling restart follows)."""
+    groups = [b for b in config.brokers if b.is_master
+              and rolling.running_engine(config, [m for m in config.brokers if m.name == b.name]) in ("async", "sync")]
+
+    def progress(node: BrokerNode, message: str) -> None:
+        if as_json:
+            typer.echo(json.dumps({"node": node.node, "note": message}))
+        else:
+            typer.echo(f"{node.node}  {message}")
+
+    for master in groups:
+        deadline = time.monotonic() + timeout_s
+        rolling.stop_group_for_raft(config, master, deadline, progress)
+        members = [m.node for m in config.brokers if m.name == master.name]
+        for row in start_nodes(config, nodes_of(config, members), deadline):
+            progress(config.broker_node(str(row["node"])) or master, f"{row['state']} as a raft member (pid {row['pid']})")
+    return bool(groups)
 
 
 def _runtime_infos(specs: list[NodeSpec]) -> dict[str, dict[str, str] | None]:

@@ -16,9 +16,11 @@ from typing import Any
 import trio
 
 from core.config import BrokerNode, Config
+from core.store.checkpoint import read_checkpoint
 from mqctl import probe
 from mqctl.errors import CliError
-from mqctl.processes import NodeSpec, running_pid
+from mqctl.leader_cmd import group_infos, leader_of
+from mqctl.processes import NodeSpec, nodes_of, running_pid, stop
 from mqctl.replication_view import RuntimeInfo, caught_up, link_of, refused
 
 POLL_S = 0.1
@@ -157,3 +159,63 @@ def wait_brokers_registered(config: Config, nameserver: NodeSpec, deadline: floa
     result: dict[str, Any] = _poll(deadline, check, lambda: (
         f"brokers {', '.join(sorted(missing))} did not register with {nameserver.name} again in time"))
     return result
+
+
+# ---------------------------------------------------------------------- raft groups
+
+
+def running_engine(config: Config, members: list[BrokerNode]) -> str | None:
+    """The replication mode the group's running members report (None: none answers)."""
+    for member in members:
+        info = _info(member) if running_pid(config, member.node) is not None else None
+        if info and info.get("haMode"):
+            return info["haMode"]
+    return None
+
+
+def wait_raft_caught_up(config: Config, member: BrokerNode, deadline: float) -> dict[str, Any]:
+    """After a raft member restarted: its group has a leader and the member holds everything
+    the leader committed. Returns ``note``."""
+    def check() -> dict[str, Any] | None:
+        infos = group_infos(config, member.name)
+        leader = leader_of(infos)
+        mine = infos.get(member.node)
+        if leader is None or not mine:
+            return None
+        lead = infos[leader] or {}
+        if int(mine.get("raftCommitIndex", -1)) < int(lead.get("raftCommitIndex", 0)):
+            return None
+        return {"note": f"holds index {mine.get('raftCommitIndex')} (leader {leader})"}
+
+    result: dict[str, Any] = _poll(deadline, check, lambda: (
+        f"{member.node} did not catch up with its group's leader in time; not restarting further nodes"))
+    return result
+
+
+def stop_group_for_raft(config: Config, master: BrokerNode, deadline: float,
+                        progress: Callable[[BrokerNode, str], None]) -> None:
+    """Stop a running master-slave group so that it can start as raft members with identical
+    classic logs: its slaves caught up, the master stopped (no more writes), each slave given
+    the master's last byte, then stopped (RocketMQ's upgrade to DLedger asks the same: equal
+    CommitLogs before the first raft start). A rolling restart would let a member with a
+    shorter log win an election and reuse queue offsets."""
+    if running_pid(config, master.node) is not None:
+        ready = wait_slaves_caught_up(config, master, deadline)
+        progress(master, f"slaves caught up: {', '.join(ready) or 'none running'}")
+        progress(master, f"stopping: {stop(config, nodes_of(config, [master.node])[0], force=False)}")
+    final = read_checkpoint(config.data_dir / master.node / "checkpoint")
+    end = final.commitlog_flushed_offset if final is not None else 0
+    for slave in slaves_of(config, master):
+        if running_pid(config, slave.node) is None:
+            continue
+
+        def holds_end(s: BrokerNode = slave) -> bool:
+            return int((_info(s) or {}).get("commitLogMaxOffset", -1)) >= end
+
+        def too_late(s: BrokerNode = slave) -> str:
+            return (f"{s.node} did not receive the master's log up to {end} in time; start the group in its "
+                    "old mode (mqctl config set replication.mode ...) and try again")
+
+        _poll(deadline, holds_end, too_late)
+        progress(slave, f"holds the master's log up to {end}; stopping: "
+                        f"{stop(config, nodes_of(config, [slave.node])[0], force=False)}")

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import collections
 import json
+import time
 
 import pytest
 import trio
 
 from core.client.pull import max_offset
 from core.client.runtime import open_client
+from core.config import load_config
+from core.remoting.codes import RequestCode
+from core.remoting.command import RemotingCommand
+from mqctl import probe
 from tests.conftest import Cluster, running_cluster
 
 TOPIC = "Drill"
@@ -100,3 +105,42 @@ def test_status_shows_one_leader_and_leadership_moves_on_request(raft_group: Clu
 
     refused = raft_group.mqctl("leader", "transfer", "broker-a-9")
     assert refused.returncode != 0 and "no broker node" in (refused.stderr + refused.stdout)
+
+
+def consumer_offsets(address: str, group: str) -> dict:
+    resp = trio.run(probe.call, address, RemotingCommand(code=RequestCode.GET_ALL_CONSUMER_OFFSET))
+    table = json.loads(resp.body or b"{}").get("offsetTable", {})
+    return {k: v for k, v in table.items() if k.endswith(f"@{group}")}
+
+
+def test_switching_a_master_slave_group_to_raft_keeps_messages_and_consumer_offsets(tmp_path, subprocess_env):
+    with running_cluster(tmp_path, subprocess_env, broker_ids=(0, 1, 2), mode="async",
+                         broker="slave_sync_interval_ms = 200") as cluster:
+        assert cluster.mqctl("send", "Swap", "before", "--count", "40").returncode == 0
+        first = cluster.mqctl("tail", "Swap", "--group", "swap", "--from-beginning", "--count", "40", "--json")
+        assert len(first.stdout.splitlines()) == 40
+        addrs = {b.node: b.listen for b in load_config(cluster.config).brokers}
+        want = consumer_offsets(addrs["broker-a-0"], "swap")
+        assert sum(sum(queues.values()) for queues in want.values()) == 40
+        deadline = time.monotonic() + 30  # the slaves copy the master's offsets every 200 ms
+        while any(consumer_offsets(addrs[n], "swap") != want for n in ("broker-a-1", "broker-a-2")):
+            assert time.monotonic() < deadline, "the slaves did not copy the consumer offsets"
+            time.sleep(0.05)
+
+        assert cluster.mqctl("config", "set", "replication.mode", "dledger").returncode == 0
+        switched = cluster.mqctl("restart")
+        assert switched.returncode == 0, switched.stderr
+        assert "as a raft member" in switched.stdout
+        rows = status_rows(cluster)
+        assert sum(r["state"] == "leading" for r in rows.values()) == 1
+
+        sent = cluster.mqctl("send", "Swap", "after", "--count", "20", "--json")
+        assert {json.loads(line)["status"] for line in sent.stdout.splitlines()} == {"SEND_OK"}
+        resumed = cluster.mqctl("tail", "Swap", "--group", "swap", "--count", "20", "--json")
+        assert [json.loads(line)["body"] for line in resumed.stdout.splitlines()] == ["after"] * 20
+        everything = cluster.mqctl("tail", "Swap", "--group", "audit", "--from-beginning", "--count", "60", "--json")
+        bodies = sorted(json.loads(line)["body"] for line in everything.stdout.splitlines())
+        assert bodies == ["after"] * 20 + ["before"] * 40
+
+        back = cluster.mqctl("config", "set", "replication.mode", "async")
+        assert back.returncode != 0 and "not supported yet" in back.stderr + back.stdout
