@@ -81,7 +81,6 @@ class Group:
     async def stop(self, node: str) -> None:
         self.scopes.pop(node).cancel()
         self.members.pop(node)
-        await trio.sleep(0)
 
     async def leader(self, timeout_s: float = 10.0) -> DLedgerReplication:
         with trio.fail_after(timeout_s):
