@@ -55,12 +55,14 @@ def test_set_keeps_every_comment_and_get_reads_it_back(conf, mqctl):
     assert json.loads(got_json.stdout) == {"key": "replication.mode", "value": "sync", "source": "file"}
 
 
-def test_dledger_is_refused_and_the_file_is_untouched(conf, mqctl):
+def test_leaving_raft_is_refused_once_a_store_holds_raft_entries_and_the_file_is_untouched(conf, mqctl):
+    assert mqctl("config", "set", "replication.mode", "dledger").returncode == 0
+    (conf.parent / "data" / "broker-a-1" / "dledger").mkdir(parents=True)
+    (conf.parent / "data" / "broker-a-1" / "dledger" / "base").write_text("dataBeginOffset=0\n")
     before = conf.read_bytes()
-    done = mqctl("config", "set", "replication.mode", "dledger")
+    done = mqctl("config", "set", "replication.mode", "async")
     assert done.returncode != 0
-    assert "DLedger replication is not available in this version yet" in done.stderr
-    assert "async and sync" in done.stderr
+    assert "broker-a-1 already store raft entries" in done.stderr and "not supported yet" in done.stderr
     assert conf.read_bytes() == before
 
 
