@@ -221,9 +221,7 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     alive = {s.name: pids[s.name] is not None and trio.run(probe.serves, s.listen) for s in specs}
     infos = _runtime_infos([s for s in specs if s.kind == "broker" and alive[s.name]])
     mode = config.replication.mode
-    if mode == "dledger":
-        _raft_status(config, specs, pids, alive, infos, as_json=as_json)
-        return
+    raft = mode == "dledger"
     rows = []
     for spec in specs:
         info = infos.get(spec.name)
@@ -232,6 +230,11 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
         broker = config.broker_node(spec.name)
         if broker is None:
             row |= replication_view.nameserver_fields(alive[spec.name])
+        elif raft:  # the members elect their master: role, term, leader, indexes
+            group = [infos.get(b.node) for b in config.brokers if b.name == broker.name]
+            row |= {"role": "member", "max_offset": _max_offset(info)}
+            row |= replication_view.raft_fields(info, replication_view.raft_leader_info(group),
+                                                alive=alive[spec.name])
         elif broker.is_master:
             row |= {"role": "master", "max_offset": _max_offset(info)}
             row |= replication_view.master_fields(info, alive=alive[spec.name], mode_configured=mode,
@@ -243,35 +246,15 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
                                                  alive=alive[spec.name], mode_configured=mode)
         rows.append(row)
     columns: tuple[str, ...] = ("node", "role", "address", "pid", "alive", "max_offset")
+    extra = replication_view.RAFT_FIELDS if raft else replication_view.FIELDS
+    rows = [{k: r.get(k) for k in columns + extra} for r in rows]
     if as_json:
-        print_rows(rows, columns + replication_view.FIELDS, as_json=True)
-    elif any(not b.is_master for b in config.brokers):  # replication columns only where there is some
-        print_rows([replication_view.table_cells(r) for r in rows], columns + replication_view.COLUMNS, as_json=False)
+        print_rows(rows, columns + extra, as_json=True)
+    elif raft or any(not b.is_master for b in config.brokers):  # replication columns only where there is some
+        print_rows([replication_view.table_cells(r) for r in rows],
+                   columns + (replication_view.RAFT_COLUMNS if raft else replication_view.COLUMNS), as_json=False)
     else:
         print_rows(rows, columns, as_json=False)
-
-
-def _raft_status(config: Config, specs: list[NodeSpec], pids: dict[str, int | None], alive: dict[str, bool],
-                 infos: dict[str, dict[str, str] | None], *, as_json: bool) -> None:
-    """`mqctl status` for raft groups: per member its role, term, leader, commit and last
-    index, and the index the leader knows it holds."""
-    rows = []
-    for spec in specs:
-        info = infos.get(spec.name)
-        row: dict[str, Any] = {"node": spec.name, "role": spec.kind, "address": spec.listen,
-                               "pid": pids[spec.name], "alive": alive[spec.name], "max_offset": None}
-        broker = config.broker_node(spec.name)
-        if broker is None:
-            row |= replication_view.nameserver_fields(alive[spec.name])
-            row |= {k: row.get(k) for k in replication_view.RAFT_FIELDS}
-        else:
-            group = [infos.get(b.node) for b in config.brokers if b.name == broker.name]
-            row |= {"role": "member", "max_offset": _max_offset(info)}
-            row |= replication_view.raft_fields(info, replication_view.raft_leader_info(group),
-                                                alive=alive[spec.name])
-        rows.append(row)
-    columns = ("node", "role", "address", "pid", "alive", "max_offset") + replication_view.RAFT_COLUMNS
-    print_rows(rows if as_json else [replication_view.table_cells(r) for r in rows], columns, as_json=as_json)
 
 
 def _max_offset(info: dict[str, str] | None) -> int | None:
