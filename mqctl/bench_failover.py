@@ -32,6 +32,7 @@ from core.config import BrokerNode, Config
 from mqctl import probe
 from mqctl.context import load
 from mqctl.errors import CliError
+from mqctl.leader_cmd import caught_up_with_leader, leader_of
 from mqctl.nodes_cmd import start_nodes
 from mqctl.options import JsonOutput
 from mqctl.output import print_rows
@@ -62,23 +63,16 @@ class Tally:
 
 
 async def _member_infos(members: list[BrokerNode]) -> dict[str, dict[str, str] | None]:
-    out: dict[str, dict[str, str] | None] = {}
-
-    async def one(node: BrokerNode) -> None:
-        out[node.node] = await probe.runtime_info(node.listen)
-
-    async with trio.open_nursery() as nursery:
-        for node in members:
-            nursery.start_soon(one, node)
-    return out
+    return await probe.runtime_infos({m.node: m.listen for m in members})
 
 
 async def _wait_leader(members: list[BrokerNode], timeout_s: float) -> tuple[str, dict[str, str]]:
     with trio.move_on_after(timeout_s):
         while True:
-            for node, info in (await _member_infos(members)).items():
-                if info and info.get("raftWritable") == "true":
-                    return node, info
+            infos = await _member_infos(members)
+            leader = leader_of(infos)
+            if leader is not None:
+                return leader, infos[leader] or {}
             await trio.sleep(POLL_S)
     raise CliError(f"no member of {members[0].name} took writes within {timeout_s:g} s")
 
@@ -142,14 +136,9 @@ async def _drill(config: Config, members: list[BrokerNode], kills_wanted: int, t
 
 
 async def _wait_caught_up(members: list[BrokerNode], node: str) -> None:
-    """Wait until ``node`` holds its leader's last index (before the next kill)."""
+    """Wait until ``node`` holds what its leader committed (before the next kill)."""
     with trio.fail_after(RESTART_TIMEOUT_S):
-        while True:
-            infos = await _member_infos(members)
-            leader = next((i for i in infos.values() if i and i.get("raftWritable") == "true"), None)
-            mine = infos.get(node)
-            if leader and mine and int(mine.get("raftCommitIndex", -1)) >= int(leader.get("raftCommitIndex", 0)):
-                return
+        while caught_up_with_leader(await _member_infos(members), node) is None:
             await trio.sleep(POLL_S * 5)
 
 

@@ -26,24 +26,21 @@ TRANSFER_WAIT_S = 10.0
 
 def group_infos(config: Config, group: str) -> dict[str, dict[str, str] | None]:
     """The runtime table of each member of broker group ``group`` (None: not answering)."""
-    members = [b for b in config.brokers if b.name == group]
-
-    async def ask_all() -> dict[str, dict[str, str] | None]:
-        out: dict[str, dict[str, str] | None] = {}
-
-        async def one(node: str, listen: str) -> None:
-            out[node] = await probe.runtime_info(listen)
-
-        async with trio.open_nursery() as nursery:
-            for b in members:
-                nursery.start_soon(one, b.node, b.listen)
-        return out
-
-    return trio.run(ask_all)
+    return trio.run(probe.runtime_infos, {b.node: b.listen for b in config.brokers if b.name == group})
 
 
 def leader_of(infos: dict[str, dict[str, str] | None]) -> str | None:
     return next((node for node, info in infos.items() if info and info.get("raftWritable") == "true"), None)
+
+
+def caught_up_with_leader(infos: dict[str, dict[str, str] | None], node: str) -> str | None:
+    """The leader's name when the group has one and ``node`` holds everything it committed."""
+    leader = leader_of(infos)
+    mine = infos.get(node)
+    if leader is None or not mine:
+        return None
+    lead = infos[leader] or {}
+    return leader if int(mine.get("raftCommitIndex", -1)) >= int(lead.get("raftCommitIndex", 0)) else None
 
 
 @leader_app.command("transfer")

@@ -195,22 +195,6 @@ def _switch_to_raft(config: Config, timeout_s: float, as_json: bool) -> bool:
     return bool(groups)
 
 
-def _runtime_infos(specs: list[NodeSpec]) -> dict[str, dict[str, str] | None]:
-    """Every listed broker's runtime table, asked all at once."""
-    infos: dict[str, dict[str, str] | None] = {}
-
-    async def ask(spec: NodeSpec) -> None:
-        infos[spec.name] = await probe.runtime_info(spec.listen)
-
-    async def ask_all() -> None:
-        async with trio.open_nursery() as nursery:
-            for spec in specs:
-                nursery.start_soon(ask, spec)
-
-    trio.run(ask_all)
-    return infos
-
-
 def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     """Each node: role, address, pid, whether it serves, its CommitLog max offset; with
     replication, per master its mode and connected slaves, per slave whether its master has it
@@ -219,7 +203,7 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     specs = nodes_of(config)
     pids = {s.name: running_pid(config, s.name) for s in specs}
     alive = {s.name: pids[s.name] is not None and trio.run(probe.serves, s.listen) for s in specs}
-    infos = _runtime_infos([s for s in specs if s.kind == "broker" and alive[s.name]])
+    infos = trio.run(probe.runtime_infos, {s.name: s.listen for s in specs if s.kind == "broker" and alive[s.name]})
     mode = config.replication.mode
     raft = mode == "dledger"
     rows = []

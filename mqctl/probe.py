@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import trio
 
 from core.errors import RemotingError
 from core.remoting.client import open_remoting_client
@@ -51,6 +52,19 @@ async def cluster_info(namesrv: list[str]) -> dict[str, Any] | None:
             doc: dict[str, Any] = orjson.loads(resp.body)
             return doc
     return None
+
+
+async def runtime_infos(addresses: dict[str, str]) -> dict[str, dict[str, str] | None]:
+    """Each named node's runtime table (None: not answering), asked all at once."""
+    out: dict[str, dict[str, str] | None] = {}
+
+    async def one(name: str, address: str) -> None:
+        out[name] = await runtime_info(address)
+
+    async with trio.open_nursery() as nursery:
+        for name, address in addresses.items():
+            nursery.start_soon(one, name, address)
+    return out
 
 
 async def runtime_info(address: str) -> dict[str, str] | None:

@@ -19,7 +19,7 @@ from core.config import BrokerNode, Config
 from core.store.checkpoint import read_checkpoint
 from mqctl import probe
 from mqctl.errors import CliError
-from mqctl.leader_cmd import group_infos, leader_of
+from mqctl.leader_cmd import caught_up_with_leader, group_infos
 from mqctl.processes import NodeSpec, nodes_of, running_pid, stop
 from mqctl.replication_view import RuntimeInfo, caught_up, link_of, refused
 
@@ -178,14 +178,10 @@ def wait_raft_caught_up(config: Config, member: BrokerNode, deadline: float) -> 
     the leader committed. Returns ``note``."""
     def check() -> dict[str, Any] | None:
         infos = group_infos(config, member.name)
-        leader = leader_of(infos)
-        mine = infos.get(member.node)
-        if leader is None or not mine:
+        leader = caught_up_with_leader(infos, member.node)
+        if leader is None:
             return None
-        lead = infos[leader] or {}
-        if int(mine.get("raftCommitIndex", -1)) < int(lead.get("raftCommitIndex", 0)):
-            return None
-        return {"note": f"holds index {mine.get('raftCommitIndex')} (leader {leader})"}
+        return {"note": f"holds index {(infos[member.node] or {}).get('raftCommitIndex')} (leader {leader})"}
 
     result: dict[str, Any] = _poll(deadline, check, lambda: (
         f"{member.node} did not catch up with its group's leader in time; not restarting further nodes"))
