@@ -154,8 +154,7 @@ class MessageStore:
     def open(self) -> RecoveryReport:
         """Recover the store from disk (blocking; runs before serving)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        abort = self.root / ABORT_FILE
-        clean = not abort.exists()
+        clean = not (self.root / ABORT_FILE).exists()
         checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
         log_recovery = self.commitlog.recover(checkpoint, cut_damage=self.config.recover_cut_damage)
         end = log_recovery.end
@@ -167,12 +166,16 @@ class MessageStore:
             start = max(start, min(checkpoint.dispatched_offset, end))
         self.reput_offset = start
         redispatched = self._catch_up()
-        abort.touch()
+        self._opened()
+        return RecoveryReport(clean, log_recovery, redispatched)
+
+    def _opened(self) -> None:
+        """Recovery is over: mark the store open (an unclean stop leaves the abort file)."""
+        (self.root / ABORT_FILE).touch()
         self._open = True
         self._refusal = self._read_only
         self._notify_dispatch = self.plugins is not None and self.plugins.listens_to_dispatch()
         self._update_disk_state()
-        return RecoveryReport(clean, log_recovery, redispatched)
 
     def _catch_up(self) -> int:
         """Dispatch every record between the reput cursor and the end of the log."""
@@ -236,10 +239,7 @@ class MessageStore:
         if self._refusal is not None:
             self._refuse()
         first = records[0]
-        for rec in records:
-            self._check_body(rec)
-            if (rec.topic, rec.queue_id, rec.sysflag) != (first.topic, first.queue_id, first.sysflag):
-                raise ValueError("put_many takes records of one topic, queue and sysflag")
+        self._check_batch(records)
         preps = [prepare_record(rec) for rec in records]
         if not self.commitlog.make_room(sum(prep[0] for prep in preps)):
             return [self.put(rec) for rec in records]  # larger than a segment: one by one
@@ -257,6 +257,14 @@ class MessageStore:
         last = results[-1]
         self._appended(cq, last.queue_offset, last.phys_offset, stamp, count)
         return results
+
+    def _check_batch(self, records: list[MessageRecord]) -> None:
+        """A batch's records: each body within the limit, all of one topic, queue and sysflag."""
+        first = records[0]
+        for rec in records:
+            self._check_body(rec)
+            if (rec.topic, rec.queue_id, rec.sysflag) != (first.topic, first.queue_id, first.sysflag):
+                raise ValueError("put_many takes records of one topic, queue and sysflag")
 
     def _check_body(self, rec: MessageRecord) -> None:
         if len(rec.body) > self._body_size_max:

@@ -133,10 +133,6 @@ class DiskRaftLog:
         body = bytes(mf.view[at + dledger.HEADER_SIZE: at + ix.size])
         return Entry(index, ix.term, body, ix.magic)
 
-    def position(self, index: int) -> int:
-        """Where entry ``index`` (held) starts in the data files."""
-        return self._index_entry(index).pos
-
     def entries(self, start: int, count_max: int, bytes_max: int) -> list[Entry]:
         held = range(max(start, 0), min(self._last, start + count_max - 1) + 1)
         return up_to_bytes((e for i in held if (e := self.entry(i)) is not None), bytes_max)
@@ -148,18 +144,34 @@ class DiskRaftLog:
             size = dledger.HEADER_SIZE + len(e.body)
             if size > self.segment_size - 8:
                 raise ValueError(f"an entry of {size} bytes does not fit a {self.segment_size}-byte segment")
-            pos = self.write_pos
-            room = self.segment_size - pos % self.segment_size
+            pos = self._placed(self.write_pos, size)
+            if pos != self.write_pos and pos - self.write_pos >= 8:  # close the file with padding
+                mf = self._data_file(self.write_pos)
+                mf.write(self.write_pos - mf.start, dledger.encode_padding(pos - self.write_pos))
             mf = self._data_file(pos)
-            if size > room:
-                if room >= 8:
-                    mf.write(pos - mf.start, dledger.encode_padding(room))
-                pos += room
-                mf = self._data_file(pos)
             body = _with_own_offset(e.body, pos + dledger.HEADER_SIZE) if e.magic == dledger.MAGIC_NORMAL else e.body
             mf.write(pos - mf.start, dledger.encode_entry(e.index, e.term, pos, body, magic=e.magic))
             self._write_index(dledger.DLedgerIndexEntry(e.magic, pos, size, e.index, e.term))
             self._last, self._last_term, self.write_pos = e.index, e.term, pos + size
+
+    def _placed(self, pos: int, size: int) -> int:
+        """Where an entry of ``size`` bytes goes when the data ends at ``pos``: there, or at
+        the next file's start when the rest of this file cannot hold it."""
+        room = self.segment_size - pos % self.segment_size
+        return pos if size <= room else pos + room
+
+    def record_offsets(self, body_sizes: list[int]) -> list[int]:
+        """Where the records of the next entries (bodies of these sizes) will lie: each entry's
+        position + 48. A leader encodes each record with its own offset once, so appending it
+        patches nothing."""
+        out = []
+        pos = self.write_pos
+        for body_size in body_sizes:
+            size = dledger.HEADER_SIZE + body_size
+            pos = self._placed(pos, size)
+            out.append(pos + dledger.HEADER_SIZE)
+            pos += size
+        return out
 
     def truncate_after(self, index: int) -> int:
         if index >= self._last:

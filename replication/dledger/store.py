@@ -87,11 +87,7 @@ class DLedgerMessageStore(MessageStore):
             self.reput_offset = max(base, min(checkpoint.dispatched_offset, end))
         scanned_from = self.reput_offset
         redispatched = self.dispatch_committed(min(committed, self.raft_log.last_index))
-        (self.root / ABORT_FILE).touch()
-        self._open = True
-        self._refusal = self._read_only
-        self._notify_dispatch = self.plugins is not None and self.plugins.listens_to_dispatch()
-        self._update_disk_state()
+        self._opened()
         return RecoveryReport(clean, LogRecovery(scanned_from, end, redispatched, 0, None), redispatched)
 
     def _data_base(self) -> int:
@@ -153,38 +149,32 @@ class DLedgerMessageStore(MessageStore):
         self.set_read_only(None)
 
     def put(self, rec: MessageRecord) -> PutResult:
-        return self._propose([rec])[0]
+        return self.put_many([rec])[0]
 
     def put_many(self, records: list[MessageRecord]) -> list[PutResult]:
-        first = records[0]
-        if any((r.topic, r.queue_id, r.sysflag) != (first.topic, first.queue_id, first.sysflag) for r in records):
-            raise ValueError("put_many takes records of one topic, queue and sysflag")
-        return self._propose(records)
-
-    def _propose(self, records: list[MessageRecord]) -> list[PutResult]:
+        """Propose ``records`` (one topic, queue and sysflag) as raft entries, each encoded
+        once with its queue offset, store time and final physical offset."""
         if self._refusal is not None:
             self._refuse()
-        for rec in records:
-            self._check_body(rec)
+        self._check_batch(records)
         preps = [prepare_record(rec) for rec in records]
         cq, queue_offset = self._claim_queue(records[0], len(records))
         stamp = now_ms()
+        offsets = self.raft_log.record_offsets([prep[0] for prep in preps])
+        queue_offsets = [queue_offset + i if cq is not None else 0 for i in range(len(records))]
         bodies = []
-        for i, (rec, prep) in enumerate(zip(records, preps)):
+        for rec, prep, phys, qo in zip(records, preps, offsets, queue_offsets):
             buf = bytearray(prep[0])
-            write_record(buf, 0, rec, prep, queue_offset + i if cq is not None else 0, 0, stamp)
+            write_record(buf, 0, rec, prep, qo, phys, stamp)
             bodies.append(bytes(buf))
         proposer = self.proposer
-        first_index = self.raft_log.last_index + 1
         outcome = Code.NOT_LEADER if proposer is None else proposer(bodies)
         if isinstance(outcome, Code):
             raise ReadOnlyStoreError(f"raft: {outcome.name} (this member cannot take writes now)")
         if cq is not None:
             cq.assigned = queue_offset + len(records)
         self._last_store_ts = stamp
-        log_ = self.raft_log
-        return [PutResult(log_.position(first_index + i) + dledger.HEADER_SIZE, queue_offset + i if cq else 0,
-                          prep[0], stamp) for i, prep in enumerate(preps)]
+        return [PutResult(phys, qo, prep[0], stamp) for phys, qo, prep in zip(offsets, queue_offsets, preps)]
 
     def entry_at_record(self, phys_offset: int) -> tuple[int, int]:
         """The raft index and term of the entry holding the record at ``phys_offset``."""

@@ -63,7 +63,9 @@ def test_the_raft_log_contract(any_log):
 def test_records_carry_their_own_offset_and_segments_end_in_padding(tmp_path):
     log = DiskRaftLog(tmp_path, SEGMENT)
     log.open()
-    log.append(entries(0, 40, 1))  # ~290 bytes an entry: several segments, each padded at its end
+    batch = entries(0, 40, 1)  # ~290 bytes an entry: several segments, each padded at its end
+    predicted = log.record_offsets([len(e.body) for e in batch])
+    log.append(batch)
     log.sync()
     files = sorted((tmp_path / "commitlog").iterdir())
     assert len(files) > 2 and all(f.stat().st_size == SEGMENT for f in files)
@@ -71,6 +73,7 @@ def test_records_carry_their_own_offset_and_segments_end_in_padding(tmp_path):
     assert not [d for d in found if isinstance(d, Damage)]
     recs = [r for r in found if isinstance(r, RecordAt)]
     assert [r.entry.raft_index for r in recs] == list(range(40))
+    assert [r.offset for r in recs] == predicted  # what a leader encodes its records with
     for r in recs:
         assert r.record.phys_offset == r.offset == r.entry.pos + dledger.HEADER_SIZE
         assert log.entry(r.entry.raft_index).body == bytes(encode_record(r.record))
