@@ -67,8 +67,13 @@ class DLedgerIndexEntry(NamedTuple):
 def encode_entry(index: int, term: int, pos: int, body: bytes, *, magic: int = MAGIC_NORMAL,
                  channel: int = 0) -> bytes:
     """A whole entry (header and body)."""
-    size = HEADER_SIZE + len(body)
-    return _HEADER.pack(magic, size, index, term, pos, channel, 0, 0, len(body)) + body
+    return encode_header(index, term, pos, len(body), magic=magic, channel=channel) + body
+
+
+def encode_header(index: int, term: int, pos: int, body_len: int, *, magic: int = MAGIC_NORMAL,
+                  channel: int = 0) -> bytes:
+    """The 48-byte header of an entry whose body is ``body_len`` bytes."""
+    return _HEADER.pack(magic, HEADER_SIZE + body_len, index, term, pos, channel, 0, 0, body_len)
 
 
 def decode_header(buf: bytes | WritableBytes, pos: int = 0) -> DLedgerHeader:
@@ -105,3 +110,14 @@ def encode_index_entry(entry: DLedgerIndexEntry) -> bytes:
 
 def decode_index_entry(buf: bytes | WritableBytes, pos: int = 0) -> DLedgerIndexEntry:
     return DLedgerIndexEntry(*_INDEX.unpack_from(buf, pos))
+
+
+def index_fields(buf: bytes | WritableBytes, pos: int, count: int) -> list[tuple[int, int, int, int, int]]:
+    """(magic, pos, size, index, term) of ``count`` consecutive index entries from ``pos``,
+    as plain tuples (a reader walking many of them)."""
+    return list(_INDEX.iter_unpack(buf[pos: pos + count * INDEX_ENTRY_SIZE]))  # type: ignore[arg-type]
+
+
+def encode_index_fields(magic: int, pos: int, size: int, index: int, term: int) -> bytes:
+    """:func:`encode_index_entry` from the fields (a writer packing many of them)."""
+    return _INDEX.pack(magic, pos, size, index, term)

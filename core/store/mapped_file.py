@@ -76,7 +76,7 @@ class MappedFile:
         """The mapped bytes (read by scanners and readers on the loop)."""
         return self._map
 
-    def write(self, pos: int, data: bytes | bytearray) -> None:
+    def write(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         self._map[pos : pos + len(data)] = data
         self.dirty = True
 

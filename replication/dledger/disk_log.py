@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 from core.store.mapped_file import MappedFile, MappedFileQueue
 from formats import dledger
 from formats.errors import FormatError
 from formats.record import MAGIC_V1, MAGIC_V2, OFF_PHYSICALOFFSET
-from replication.dledger.raft_log import Entry, up_to_bytes
+from replication.dledger.raft_log import Entry, PackedEntries
 from replication.dledger.raft_node import HardState
 
 INDEX_FILE_ENTRIES = 1 << 20  # 32 MiB index files
@@ -133,26 +134,105 @@ class DiskRaftLog:
         body = bytes(mf.view[at + dledger.HEADER_SIZE: at + ix.size])
         return Entry(index, ix.term, body, ix.magic)
 
-    def entries(self, start: int, count_max: int, bytes_max: int) -> list[Entry]:
-        held = range(max(start, 0), min(self._last, start + count_max - 1) + 1)
-        return up_to_bytes((e for i in held if (e := self.entry(i)) is not None), bytes_max)
+    def entries(self, start: int, count_max: int, bytes_max: int) -> Sequence[Entry]:
+        """A run read in one piece: the first entry, then those after it that follow it in the
+        same data file, up to the limits."""
+        if not 0 <= start <= self._last:
+            return []
+        stop = min(self._last, start + max(count_max, 1) - 1)
+        at = start * dledger.INDEX_ENTRY_SIZE
+        ixf = self.index.find(at)
+        assert ixf is not None
+        stop = min(stop, start + (ixf.end - at) // dledger.INDEX_ENTRY_SIZE - 1)  # within one index file
+        heads = dledger.index_fields(ixf.view, at - ixf.start, stop - start + 1)
+        _magic, first_pos, _size, _index, _term = heads[0]
+        end = first_pos
+        starts: list[int] = []
+        terms: list[int] = []
+        magics: list[int] = []
+        for magic, pos, size, _index, term in heads:
+            if pos != end or (starts and end - first_pos + size - dledger.HEADER_SIZE * (len(starts) + 1) > bytes_max):
+                break  # the next data file, or the byte limit
+            starts.append(end - first_pos)
+            terms.append(term)
+            magics.append(magic)
+            end += size
+        mf = self.data.find(first_pos)
+        assert mf is not None
+        raw = bytes(mf.view[first_pos - mf.start: end - mf.start])
+        return PackedEntries(raw, start, starts, terms, magics, True)
 
-    def append(self, entries: list[Entry]) -> None:
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append a run: a :class:`PackedEntries` placed as this log places it (a leader's run
+        on a follower with the same layout) is written as it is, in one piece; other entries
+        are encoded here, each record's PHYSICALOFFSET set to where it lies."""
+        if not entries:
+            return
+        first = entries.first_index if isinstance(entries, PackedEntries) else entries[0].index
+        if first != self._last + 1:
+            raise ValueError(f"entry {first} does not continue a log ending at {self._last}")
+        if isinstance(entries, PackedEntries) and entries.contiguous and self._append_as_placed(entries):
+            return
+        parts: list[bytes | memoryview] = []
+        index_parts: list[bytes] = []
+        chunk_at = pos = self.write_pos
+        last, last_term = self._last, self._last_term
         for e in entries:
-            if e.index != self._last + 1:
-                raise ValueError(f"entry {e.index} does not continue a log ending at {self._last}")
+            if e.index != last + 1:
+                raise ValueError(f"entry {e.index} does not continue a log ending at {last}")
             size = dledger.HEADER_SIZE + len(e.body)
             if size > self.segment_size - 8:
                 raise ValueError(f"an entry of {size} bytes does not fit a {self.segment_size}-byte segment")
-            pos = self._placed(self.write_pos, size)
-            if pos != self.write_pos and pos - self.write_pos >= 8:  # close the file with padding
-                mf = self._data_file(self.write_pos)
-                mf.write(self.write_pos - mf.start, dledger.encode_padding(pos - self.write_pos))
-            mf = self._data_file(pos)
+            placed = self._placed(pos, size)
+            if placed != pos:  # the next data file: write what this one gets, then its padding
+                self._write_chunk(chunk_at, parts, index_parts, pos, last, last_term)
+                parts, index_parts = [], []
+                if placed - pos >= 8:
+                    mf = self._data_file(pos)
+                    mf.write(pos - mf.start, dledger.encode_padding(placed - pos))
+                chunk_at = pos = placed
             body = _with_own_offset(e.body, pos + dledger.HEADER_SIZE) if e.magic == dledger.MAGIC_NORMAL else e.body
-            mf.write(pos - mf.start, dledger.encode_entry(e.index, e.term, pos, body, magic=e.magic))
-            self._write_index(dledger.DLedgerIndexEntry(e.magic, pos, size, e.index, e.term))
-            self._last, self._last_term, self.write_pos = e.index, e.term, pos + size
+            parts += (dledger.encode_header(e.index, e.term, pos, len(body), magic=e.magic), body)
+            index_parts.append(dledger.encode_index_fields(e.magic, pos, size, e.index, e.term))
+            pos += size
+            last, last_term = e.index, e.term
+        self._write_chunk(chunk_at, parts, index_parts, pos, last, last_term)
+
+    def _append_as_placed(self, run: PackedEntries) -> bool:
+        """Write ``run`` as it is when it lands where its sender placed it, within one data
+        file (so every header's pos and record offset is right here too); False otherwise."""
+        heads = run.heads()
+        at = run.first_pos
+        if self._placed(self.write_pos, heads[0][1]) != at or at % self.segment_size + len(run.raw) > self.segment_size:
+            return False
+        if at != self.write_pos and at - self.write_pos >= 8:
+            mf = self._data_file(self.write_pos)
+            mf.write(self.write_pos - mf.start, dledger.encode_padding(at - self.write_pos))
+        index = run.first_index
+        index_parts = [dledger.encode_index_fields(magic, at + start, size, index + i, term)
+                       for i, (start, size, term, magic) in enumerate(heads)]
+        self._write_chunk(at, [run.raw], index_parts, at + len(run.raw), run.last_index, heads[-1][2])
+        return True
+
+    def _write_chunk(self, at: int, parts: Sequence[bytes | memoryview], index_parts: list[bytes], end: int, last: int,
+                     last_term: int) -> None:
+        """Write entries ``self._last + 1 .. last`` (their bytes ``parts`` from ``at`` in one
+        data file, their index entries), then make them part of the log."""
+        if not parts:
+            return
+        mf = self._data_file(at)
+        mf.write(at - mf.start, parts[0] if len(parts) == 1 else b"".join(parts))
+        blob = b"".join(index_parts)
+        ix_at = (self._last + 1) * dledger.INDEX_ENTRY_SIZE
+        done = 0
+        while done < len(blob):
+            ixf = self.index.find(ix_at + done)
+            if ixf is None:
+                ixf = self.index.create(ix_at + done - (ix_at + done) % self.index.file_size)
+            n = min(len(blob) - done, ixf.end - (ix_at + done))
+            ixf.write(ix_at + done - ixf.start, blob[done: done + n])
+            done += n
+        self._last, self._last_term, self.write_pos = last, last_term, end
 
     def _placed(self, pos: int, size: int) -> int:
         """Where an entry of ``size`` bytes goes when the data ends at ``pos``: there, or at
@@ -224,13 +304,6 @@ class DiskRaftLog:
         if mf is None:
             return dledger.DLedgerIndexEntry(0, 0, 0, -1, -1)
         return dledger.decode_index_entry(mf.view, at - mf.start)
-
-    def _write_index(self, ix: dledger.DLedgerIndexEntry) -> None:
-        at = ix.raft_index * dledger.INDEX_ENTRY_SIZE
-        mf = self.index.find(at)
-        if mf is None:
-            mf = self.index.create(at - at % self.index.file_size)
-        mf.write(at - mf.start, dledger.encode_index_entry(ix))
 
     def _zero_after(self, last: int) -> None:
         at = (last + 1) * dledger.INDEX_ENTRY_SIZE

@@ -24,7 +24,7 @@ import enum
 from dataclasses import dataclass
 
 from replication.dledger.messages import Code, PushEntry, PushKind, PushResponse
-from replication.dledger.raft_log import RaftLog
+from replication.dledger.raft_log import RaftLog, body_bytes
 
 
 class DispatchState(enum.Enum):
@@ -83,14 +83,15 @@ class EntryDispatcher:
             room = self.limits.max_pending - (self.write_index - self.watermark - 1)  # entries in flight
             if room <= 0:
                 break
-            batch = log.entries(self.write_index, min(room, self.limits.batch_count), self.limits.batch_bytes)
+            first = self.write_index
+            batch = log.entries(first, min(room, self.limits.batch_count), self.limits.batch_bytes)
             if not batch:
                 break
-            size = sum(len(e.body) for e in batch)
-            self.pending[batch[0].index] = (len(batch), now, size)
+            size = body_bytes(batch)
+            self.pending[first] = (len(batch), now, size)
             self._quota_used += size
-            out.append(PushEntry(self.term, self.leader, PushKind.APPEND, batch[0].index, tuple(batch), commit_index))
-            self.write_index = batch[-1].index + 1
+            out.append(PushEntry(self.term, self.leader, PushKind.APPEND, first, batch, commit_index))
+            self.write_index = first + len(batch)
         if out:
             self._commit_sent, self._commit_sent_at = commit_index, now
         elif commit_index != self._commit_sent or now >= self._commit_sent_at + self.limits.commit_interval_s:
@@ -120,8 +121,7 @@ class EntryDispatcher:
             self._quota_window, self._quota_used = now, 0
         if self._quota_used < self.limits.quota_bytes_per_s:
             return True
-        lag = log.entries(self.write_index, 1, 1)
-        behind = (log.last_index - self.write_index) * (len(lag[0].body) if lag else 0)
+        behind = (log.last_index - self.write_index) * body_bytes(log.entries(self.write_index, 1, 1))
         return behind <= self.limits.throttle_point_bytes
 
     def next_wakeup(self, now: float) -> float:

@@ -17,7 +17,7 @@ import collections
 from dataclasses import dataclass
 
 from replication.dledger.messages import Code, PushEntry, PushKind, PushResponse
-from replication.dledger.raft_log import RaftLog
+from replication.dledger.raft_log import RaftLog, term_of
 
 NOT_MATCHED = -2
 
@@ -91,7 +91,7 @@ class EntryHandler:
             if req.index < 0:
                 same = True
             else:
-                same = bool(req.entries) and log.term_at(req.index) == req.entries[0].term
+                same = bool(req.entries) and log.term_at(req.index) == term_of(req.entries, 0)
             return self._answer(req.kind, Code.SUCCESS if same else Code.INCONSISTENT_STATE, req.index, log, seq=req.seq)
         if req.kind is PushKind.TRUNCATE:
             if req.index >= 0 and log.term_at(req.index) is None:
@@ -108,17 +108,15 @@ class EntryHandler:
     def _append(self, req: PushEntry, log: RaftLog) -> PushResponse:
         if self.matched_index == NOT_MATCHED:
             return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
-        fresh = []
-        for e in req.entries:
-            held = log.term_at(e.index)
-            if held is None:
-                fresh.append(e)
-            elif held != e.term:  # cannot happen after this term's TRUNCATE: start over
+        entries = req.entries  # indexes req.index, req.index + 1, ...
+        held = max(0, min(len(entries), log.last_index + 1 - req.index))  # those the log has already
+        if req.index > log.last_index + 1:
+            return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
+        for i in range(held):
+            if log.term_at(req.index + i) != term_of(entries, i):  # not after this term's TRUNCATE
                 return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
-        if fresh:
-            if fresh[0].index != log.last_index + 1:
-                return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
-            log.append(fresh)
-        end = req.entries[-1].index if req.entries else req.index - 1
+        if held < len(entries):
+            log.append(entries[held:])
+        end = req.index + len(entries) - 1
         self.matched_index = max(self.matched_index, end)
         return self._answer(req.kind, Code.SUCCESS, req.index, log, len(req.entries))

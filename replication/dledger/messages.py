@@ -8,6 +8,7 @@ the sender's term; indexes are raft log indexes, dense from 0, -1 meaning "none"
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from replication.dledger.raft_log import Entry
@@ -90,7 +91,7 @@ class PushEntry:
     leader: str
     kind: PushKind
     index: int  # COMPARE/APPEND: the first entry's index; TRUNCATE: the last index kept
-    entries: tuple[Entry, ...]
+    entries: Sequence[Entry]  # a tuple, a list or PackedEntries
     commit_index: int
     seq: int = 0  # echoed in the answer: a COMPARE or TRUNCATE answer counts only for its own request
 

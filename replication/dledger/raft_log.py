@@ -3,14 +3,20 @@ mapped files), made durable only by an explicit sync the driver performs.
 
 :class:`MemoryLog` is the implementation the simulator and unit tests use; its
 :meth:`MemoryLog.crash` drops what was never synced, as a power cut would.
+
+Runs of entries travel as any ``Sequence[Entry]``: a list from :class:`MemoryLog`, or
+:class:`PackedEntries`, the bytes of consecutive entries as the data files hold them, which a
+disk log reads in one piece, a push carries unchanged and a follower with the same layout
+writes in one piece.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, overload
 
+from formats import dledger
 from formats.dledger import MAGIC_NOOP, MAGIC_NORMAL
 
 
@@ -26,6 +32,133 @@ class Entry:
     @property
     def is_noop(self) -> bool:
         return self.magic == MAGIC_NOOP
+
+
+class PackedEntries(Sequence[Entry]):
+    """Consecutive entries in the data-file layout (formats.dledger), back to back:
+
+    ```
+     raw: [48-byte header][body][48-byte header][body] ...   indexes first, first + 1, ...
+     header pos fields: where the sender's log placed each entry (contiguous when
+     ``contiguous``: each entry starts where the previous one ended)
+    ```
+    Entries are decoded only when indexed; the headers are checked once, by :meth:`parse`.
+    """
+
+    __slots__ = ("_magics", "_starts", "_terms", "contiguous", "first_index", "raw")
+
+    def __init__(self, raw: bytes | memoryview, first_index: int, starts: list[int], terms: list[int],
+                 magics: list[int], contiguous: bool) -> None:
+        self.raw = raw
+        self.first_index = first_index
+        self._starts = starts  # where each entry begins in raw
+        self._terms = terms
+        self._magics = magics
+        self.contiguous = contiguous
+
+    @classmethod
+    def parse(cls, raw: bytes | memoryview) -> PackedEntries:
+        """Check and index ``raw``; raises ValueError naming what is wrong (a header that is
+        not an entry, an entry running past the end, indexes that are not consecutive)."""
+        starts: list[int] = []
+        terms: list[int] = []
+        magics: list[int] = []
+        first = -1
+        contiguous = True
+        pos = 0
+        next_pos = None
+        while pos < len(raw):
+            head = dledger.decode_header(raw, pos)  # FormatError is a ValueError
+            if pos + head.size > len(raw):
+                raise ValueError(f"entry {head.raft_index} runs past the end of the run")
+            if not starts:
+                first = head.raft_index
+            elif head.raft_index != first + len(starts):
+                raise ValueError(f"entry {head.raft_index} does not follow entry {first + len(starts) - 1}")
+            if next_pos is not None and head.pos != next_pos:
+                contiguous = False
+            next_pos = head.pos + head.size
+            starts.append(pos)
+            terms.append(head.term)
+            magics.append(head.magic)
+            pos += head.size
+        return cls(raw, first, starts, terms, magics, contiguous)
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @overload
+    def __getitem__(self, i: int) -> Entry: ...
+    @overload
+    def __getitem__(self, i: slice) -> PackedEntries: ...
+
+    def __getitem__(self, i: int | slice) -> Entry | PackedEntries:
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(len(self._starts))
+            if step != 1:
+                raise ValueError("a run of entries is sliced without a step")
+            if lo >= hi:
+                return PackedEntries(b"", -1, [], [], [], True)
+            end = self._starts[hi] if hi < len(self._starts) else len(self.raw)
+            base = self._starts[lo]
+            view = memoryview(self.raw)[base:end]
+            return PackedEntries(view, self.first_index + lo, [s - base for s in self._starts[lo:hi]],
+                                 self._terms[lo:hi], self._magics[lo:hi], self.contiguous)
+        n = len(self._starts)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        head = dledger.decode_header(self.raw, self._starts[i])
+        at = self._starts[i] + dledger.HEADER_SIZE
+        return Entry(head.raft_index, head.term, bytes(self.raw[at: at + head.body_len]), head.magic)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return (self[i] for i in range(len(self._starts)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedEntries({self.first_index}..{self.last_index}, {len(self.raw)} bytes)"
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + len(self._starts) - 1
+
+    def term(self, i: int) -> int:
+        """The term of the ``i``-th entry of the run."""
+        return self._terms[i]
+
+    def heads(self) -> list[tuple[int, int, int, int]]:
+        """(start in raw, size, term, magic) of each entry."""
+        ends = [*self._starts[1:], len(self.raw)]
+        return [(s, e - s, t, m) for s, e, t, m in zip(self._starts, ends, self._terms, self._magics)]
+
+    @property
+    def first_pos(self) -> int:
+        """Where the sender's log placed the first entry (its header's pos field)."""
+        return dledger.decode_header(self.raw, 0).pos if self._starts else -1
+
+    @property
+    def body_bytes(self) -> int:
+        return len(self.raw) - dledger.HEADER_SIZE * len(self._starts)
+
+
+def body_bytes(entries: Sequence[Entry]) -> int:
+    """The bytes of the entries' bodies."""
+    if isinstance(entries, PackedEntries):
+        return entries.body_bytes
+    return sum(len(e.body) for e in entries)
+
+
+def term_of(entries: Sequence[Entry], i: int) -> int:
+    """The term of ``entries[i]``, without decoding a packed entry."""
+    return entries.term(i) if isinstance(entries, PackedEntries) else entries[i].term
 
 
 def up_to_bytes(entries: Iterable[Entry], bytes_max: int) -> list[Entry]:
@@ -55,10 +188,10 @@ class RaftLog(Protocol):
 
     def entry(self, index: int) -> Entry | None: ...
 
-    def entries(self, start: int, count_max: int, bytes_max: int) -> list[Entry]:
+    def entries(self, start: int, count_max: int, bytes_max: int) -> Sequence[Entry]:
         """Consecutive entries from ``start``: at least one (when held), then up to the limits."""
 
-    def append(self, entries: list[Entry]) -> None:
+    def append(self, entries: Sequence[Entry]) -> None:
         """Append entries continuing the log (the first one's index is last_index + 1)."""
 
     def truncate_after(self, index: int) -> int:
@@ -99,7 +232,7 @@ class MemoryLog:
     def entries(self, start: int, count_max: int, bytes_max: int) -> list[Entry]:
         return up_to_bytes(self._entries[max(start, 0): max(start, 0) + count_max], bytes_max)
 
-    def append(self, entries: list[Entry]) -> None:
+    def append(self, entries: Sequence[Entry]) -> None:
         for e in entries:
             if e.index != len(self._entries):
                 raise ValueError(f"entry {e.index} does not continue a log ending at {self.last_index}")

@@ -3,15 +3,16 @@
 The request codes are DLedger's for its requests (VOTE 51001, HEART_BEAT 51002, PUSH 51004,
 LEADERSHIP_TRANSFER 51005); answers travel as requests of their own (51011, 51012, 51014),
 because the raft core is message-driven. Scalar fields go in extFields; a push's entries go in
-the body, each in the data-file layout of formats.dledger (48-byte header, then the entry's
-bytes; ``pos`` 0: the receiver's log decides where an entry lies). Only mqctl nodes speak it.
+the body, in the data-file layout of formats.dledger (48-byte header, then the entry's bytes):
+a run the leader read from its data files travels as those bytes, its ``pos`` fields telling
+where the leader placed each entry (entries from memory carry ``pos`` 0). The receiver's log
+decides where an entry lies. Only mqctl nodes speak it.
 """
 
 from __future__ import annotations
 
 from core.remoting.command import RemotingCommand
 from formats import dledger
-from formats.errors import FormatError
 from replication.dledger.messages import (
     Code,
     HeartBeat,
@@ -25,7 +26,7 @@ from replication.dledger.messages import (
     VoteResponse,
     VoteResult,
 )
-from replication.dledger.raft_log import Entry
+from replication.dledger.raft_log import PackedEntries
 
 VOTE = 51001
 HEART_BEAT = 51002
@@ -63,7 +64,10 @@ def encode_message(msg: Message, group: str) -> RemotingCommand:
         code = PUSH
         f.update(leader=msg.leader, kind=msg.kind.value, index=str(msg.index), commitIndex=str(msg.commit_index),
                  seq=str(msg.seq))
-        body = b"".join(dledger.encode_entry(e.index, e.term, 0, e.body, magic=e.magic) for e in msg.entries)
+        if isinstance(msg.entries, PackedEntries):
+            body = bytes(msg.entries.raw)
+        else:
+            body = b"".join(dledger.encode_entry(e.index, e.term, 0, e.body, magic=e.magic) for e in msg.entries)
     elif isinstance(msg, PushResponse):
         code = PUSH_RESPONSE
         f.update(peer=msg.peer, kind=msg.kind.value, code=str(int(msg.code)), index=str(msg.index),
@@ -91,7 +95,10 @@ def decode_message(cmd: RemotingCommand) -> Message:
         if cmd.code == HEART_BEAT_RESPONSE:
             return HeartBeatResponse(term, f["peer"], Code(int(f["code"])))
         if cmd.code == PUSH:
-            return PushEntry(term, f["leader"], PushKind(f["kind"]), int(f["index"]), _entries(cmd.body),
+            index, entries = int(f["index"]), _entries(cmd.body)
+            if entries and entries.first_index != index:
+                raise WireError(f"push at index {index} carries entries from {entries.first_index}")
+            return PushEntry(term, f["leader"], PushKind(f["kind"]), index, entries,
                              int(f["commitIndex"]), int(f.get("seq", "0")))
         if cmd.code == PUSH_RESPONSE:
             return PushResponse(term, f["peer"], PushKind(f["kind"]), Code(int(f["code"])), int(f["index"]),
@@ -103,20 +110,11 @@ def decode_message(cmd: RemotingCommand) -> Message:
     raise WireError(f"request code {cmd.code} is not a raft message")
 
 
-def _entries(body: bytes) -> tuple[Entry, ...]:
-    out = []
-    pos = 0
-    while pos < len(body):
-        try:
-            head = dledger.decode_header(body, pos)
-        except FormatError as exc:
-            raise WireError(str(exc)) from None
-        end = pos + head.size
-        if end > len(body):
-            raise WireError(f"entry {head.raft_index} runs past the end of the push")
-        out.append(Entry(head.raft_index, head.term, body[pos + dledger.HEADER_SIZE:end], head.magic))
-        pos = end
-    return tuple(out)
+def _entries(body: bytes) -> PackedEntries:
+    try:
+        return PackedEntries.parse(body)
+    except ValueError as exc:  # FormatError included
+        raise WireError(f"push: {exc}") from None
 
 
 def _flag(value: bool) -> str:
