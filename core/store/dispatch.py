@@ -79,27 +79,42 @@ def deliver_time_ms(props: dict[str, str], store_timestamp: int, delay_levels_ms
 Appended = tuple[MessageRecord, "ConsumeQueue | None", int, int, int, int, "list[str] | None"]
 
 
+# A record found in the log, by the fields a replica's lean decode gives: topic, queue id,
+# queue offset, phys offset, size, tags code, store timestamp, sysflag, properties.
+DispatchFields = tuple[str, int, int, int, int, int, int, int, dict[str, str]]
+
+
 class DispatchBatch(Sequence[DispatchRequest]):
     """Records just dispatched, as ``mq_records_dispatched`` sees them. Requests are built
     when read: building one per record on every append cost a tenth of the broker's batch
     path, and the usual listener (long polling) only needs :attr:`queues`."""
 
-    __slots__ = ("_appended", "_delay_levels_ms", "_requests")
+    __slots__ = ("_appended", "_delay_levels_ms", "_fields", "_requests")
 
     def __init__(self, appended: Sequence[Appended], delay_levels_ms: tuple[int, ...] = ()) -> None:
         self._appended = appended
         self._delay_levels_ms = delay_levels_ms
+        self._fields: Sequence[DispatchFields] | None = None
         self._requests: Sequence[DispatchRequest] | None = None
 
     @classmethod
     def of_requests(cls, requests: Sequence[DispatchRequest]) -> DispatchBatch:
-        """A batch of requests already built (records found by scanning the log)."""
+        """A batch of requests already built."""
         batch = cls(())
         batch._requests = requests
         return batch
 
+    @classmethod
+    def of_fields(cls, fields: Sequence[DispatchFields]) -> DispatchBatch:
+        """A batch of records found by scanning the log, known by their fields."""
+        batch = cls(())
+        batch._fields = fields
+        return batch
+
     def __len__(self) -> int:
-        return len(self._appended) if self._requests is None else len(self._requests)
+        if self._requests is not None:
+            return len(self._requests)
+        return len(self._appended) if self._fields is None else len(self._fields)
 
     @overload
     def __getitem__(self, index: int) -> DispatchRequest: ...
@@ -109,6 +124,10 @@ class DispatchBatch(Sequence[DispatchRequest]):
     def __getitem__(self, index: int | slice) -> DispatchRequest | Sequence[DispatchRequest]:
         if self._requests is not None:
             return self._requests[index]
+        if self._fields is not None:
+            if isinstance(index, slice):
+                return [DispatchRequest.of_fields(*f) for f in self._fields[index]]
+            return DispatchRequest.of_fields(*self._fields[index])
         if isinstance(index, slice):
             return [self._request(a) for a in self._appended[index]]
         return self._request(self._appended[index])
@@ -122,4 +141,6 @@ class DispatchBatch(Sequence[DispatchRequest]):
         """The (topic, queue id) pairs that received records."""
         if self._requests is not None:
             return {(r.topic, r.queue_id) for r in self._requests}
+        if self._fields is not None:
+            return {(f[0], f[1]) for f in self._fields}
         return {(a[0].topic, a[0].queue_id) for a in self._appended}

@@ -39,7 +39,7 @@ from core.plugin_manager import PluginHost
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import CommitLog, LogRecovery
 from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from core.store.dispatch import Appended, DispatchBatch, DispatchRequest, record_tags_code
+from core.store.dispatch import Appended, DispatchBatch, DispatchFields, DispatchRequest, record_tags_code
 from core.store.key_index import KeyIndex, key_hash
 from core.store.mapped_file import MappedFile
 from core.store.retention import disk_used_ratio, expired_segments
@@ -744,15 +744,14 @@ class RecordDispatch:
     """Queue and index entries for records found in the log, written as they are added (a
     replica's hot loop: only the fields its entries need are decoded, no MessageRecord)."""
 
-    __slots__ = ("count", "index_entries", "requests", "stamp", "store", "_delay_levels", "_index_on",
-                 "_queues")
+    __slots__ = ("_delay_levels", "_index_on", "_queues", "count", "fields", "index_entries", "stamp", "store")
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store
         self.count = 0
         self.stamp = 0
         self.index_entries: list[tuple[int, int, int]] = []
-        self.requests: list[DispatchRequest] | None = [] if store._notify_dispatch else None
+        self.fields: list[DispatchFields] | None = [] if store._notify_dispatch else None
         self._queues = store.queues.queues
         self._index_on = store._index_enabled
         self._delay_levels = store._delay_levels_ms
@@ -760,16 +759,24 @@ class RecordDispatch:
     def add(self, view: ReadableBytes, pos: int, total: int, phys: int) -> None:
         """The ``total``-byte record at ``pos`` of ``view``, which lies at ``phys`` in the log."""
         total, topic, queue_id, queue_offset, sysflag, stamp, props = decode_dispatch_fields(view, pos, pos + total)
+        self._add(topic, queue_id, queue_offset, sysflag, stamp, props, phys, total,
+                  index_keys(props) if self._index_on else None)
+
+    def add_put(self, put: Appended) -> None:
+        """A record this store put itself, known without reading it back (a raft leader's)."""
+        rec, _cq, phys, size, queue_offset, stamp, keys = put
+        self._add(rec.topic, rec.queue_id, queue_offset, rec.sysflag, stamp, rec.properties, phys, size, keys)
+
+    def _add(self, topic: str, queue_id: int, queue_offset: int, sysflag: int, stamp: int, props: dict[str, str],
+             phys: int, total: int, keys: list[str] | None) -> None:
         tags = record_tags_code(topic, props, stamp, self._delay_levels)
         if is_dispatched(sysflag):
             cq = self._queues.get((topic, queue_id)) or self.store.queues.get_or_create(topic, queue_id)
             cq.put_entry(queue_offset, phys, total, tags)
-        keys = index_keys(props) if self._index_on else None
         if keys:
             self.index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
-        if self.requests is not None:
-            self.requests.append(DispatchRequest.of_fields(topic, queue_id, queue_offset, phys, total, tags, stamp,
-                                                           sysflag, props))
+        if self.fields is not None:
+            self.fields.append((topic, queue_id, queue_offset, phys, total, tags, stamp, sysflag, props))
         self.count += 1
         self.stamp = stamp
 
@@ -781,8 +788,8 @@ class RecordDispatch:
             store.index.put_many(self.index_entries)
         if self.count:
             store._last_store_ts = store._last_dispatch_ts = self.stamp
-        if self.requests and store.plugins is not None:
-            store.plugins.records_dispatched(store.root, DispatchBatch.of_requests(self.requests))
+        if self.fields and store.plugins is not None:
+            store.plugins.records_dispatched(store.root, DispatchBatch.of_fields(self.fields))
         return self.count
 
 

@@ -20,9 +20,11 @@ so every old physical offset, queue offset and consumer offset stays valid.
 
 from __future__ import annotations
 
+import collections
 import logging
 import struct
 from collections.abc import Callable
+from itertools import repeat
 from pathlib import Path
 
 from core.config import StoreConfig
@@ -30,6 +32,7 @@ from core.errors import ReadOnlyStoreError, StoreCorruptError
 from core.plugin_manager import PluginHost
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import LogRecovery
+from core.store.dispatch import Appended
 from core.store.message_store import (
     ABORT_FILE,
     CHECKPOINT_FILE,
@@ -39,6 +42,7 @@ from core.store.message_store import (
     now_ms,
 )
 from formats import dledger
+from formats.properties import index_keys
 from formats.record import MessageRecord, prepare_record, write_record
 from formats.segments import parse_segment_name
 from replication.dledger.disk_log import (
@@ -53,7 +57,7 @@ from replication.dledger.messages import Code
 log = logging.getLogger(__name__)
 
 BASE_FILE = "base"  # dledger/base: dataBeginOffset=<where the raft data begins>
-_ENTRY_HEAD = struct.Struct(">iiq")  # magic, size, raft index
+_ENTRY_HEAD = struct.Struct(">iiqq")  # magic, size, raft index, term
 Proposer = Callable[[list[bytes]], "list[int] | Code"]
 
 
@@ -66,6 +70,9 @@ class DLedgerMessageStore(MessageStore):
         self.raft_log = DiskRaftLog(root, config.segment_size_bytes, data=self.commitlog.files)
         self.committed_index = -1
         self.proposer: Proposer | None = None  # the raft node's propose, set by the replication
+        # what this member proposed as leader, by (raft index, term): dispatched from these
+        # fields at commit instead of decoding the records again (same index and term: same entry)
+        self._proposed: collections.deque[tuple[int, int, Appended]] = collections.deque()
         self.set_read_only("no raft leader elected yet")
 
     # ---------------------------------------------------------------- opening
@@ -120,22 +127,34 @@ class DLedgerMessageStore(MessageStore):
         reput = self.reput_offset
         batch = self.dispatch_batch()
         seg_size = self.raft_log.segment_size
-        while True:
+        head, header_size, normal = _ENTRY_HEAD.unpack_from, dledger.HEADER_SIZE, dledger.MAGIC_NORMAL
+        proposed = self._proposed
+        more = True
+        while more:
             mf = files.find(reput)
             if mf is None:
                 break
-            view, at = mf.view, reput - mf.start
-            if mf.size - at < dledger.HEADER_SIZE or dledger.is_padding(view, at):
-                reput = mf.start + seg_size
-                continue
-            magic, size, index = _ENTRY_HEAD.unpack_from(view, at)
-            if magic not in dledger.ENTRY_MAGICS or index > commit_index:
-                break
-            if size < dledger.HEADER_SIZE or at + size > mf.size:
-                raise StoreCorruptError(f"raft entry {index} claims {size} bytes", mf.path, reput)
-            if magic == dledger.MAGIC_NORMAL and size > dledger.HEADER_SIZE:
-                batch.add(view, at + dledger.HEADER_SIZE, size - dledger.HEADER_SIZE, reput + dledger.HEADER_SIZE)
-            reput += size
+            view, start, limit = mf.view, mf.start, mf.size
+            at = reput - start
+            while True:  # the entries of this data file
+                if limit - at < header_size or dledger.is_padding(view, at):
+                    at = seg_size  # the next file
+                    break
+                magic, size, index, term = head(view, at)
+                if magic not in dledger.ENTRY_MAGICS or index > commit_index:
+                    more = False
+                    break
+                if size < header_size or at + size > limit:
+                    raise StoreCorruptError(f"raft entry {index} claims {size} bytes", mf.path, start + at)
+                if magic == normal and size > header_size:
+                    while proposed and proposed[0][0] < index:
+                        proposed.popleft()  # never committed here (another leader's entries won)
+                    if proposed and proposed[0][0] == index and proposed[0][1] == term:
+                        batch.add_put(proposed.popleft()[2])
+                    else:
+                        batch.add(view, at + header_size, size - header_size, start + at + header_size)
+                at += size
+            reput = start + at
         self.reput_offset = self.commitlog.write_offset = self.commitlog.flushed_offset = reput
         return batch.finish()
 
@@ -146,6 +165,7 @@ class DLedgerMessageStore(MessageStore):
         offsets continue from the ConsumeQueues, and writes are taken."""
         for cq in self.queues.queues.values():
             cq.assigned = cq.max_offset
+        self._proposed.clear()
         self.set_read_only(None)
 
     def put(self, rec: MessageRecord) -> PutResult:
@@ -174,6 +194,12 @@ class DLedgerMessageStore(MessageStore):
         if cq is not None:
             cq.assigned = queue_offset + len(records)
         self._last_store_ts = stamp
+        raft_log = self.raft_log
+        first, term = raft_log.last_index - len(records) + 1, raft_log.last_term
+        keys = [index_keys(rec.properties) for rec in records] if self._index_enabled else repeat(None)
+        self._proposed.extend(
+            (first + i, term, (rec, cq, phys, prep[0], qo, stamp, k))
+            for i, (rec, prep, phys, qo, k) in enumerate(zip(records, preps, offsets, queue_offsets, keys)))
         return [PutResult(phys, qo, prep[0], stamp) for phys, qo, prep in zip(offsets, queue_offsets, preps)]
 
     def entry_at_record(self, phys_offset: int) -> tuple[int, int]:

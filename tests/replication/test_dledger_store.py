@@ -17,8 +17,9 @@ from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
 from core.store.message_store import MessageStore, open_message_store
 from formats.dledger import HEADER_SIZE
-from formats.record import MessageRecord
+from formats.record import MessageRecord, prepare_record, write_record
 from plugins import plugin_host
+from replication.dledger.raft_log import Entry
 from replication.dledger.store import DLedgerMessageStore
 from replication.dledger.strategy import DLedgerReplication, follower_broker_id
 
@@ -195,3 +196,36 @@ def test_the_plugin_makes_the_raft_store_and_strategy_for_dledger_only(tmp_path,
     assert rep.peers == {b.node: f"127.0.0.1:{int(b.listen.rsplit(':', 1)[1]) + 1}" for b in config.brokers}
     with pytest.raises(TypeError):
         host.replication("dledger", node, config, MessageStore(tmp_path / "c", small_store_config))
+
+
+async def test_a_leader_dispatches_what_it_proposed_only_while_the_log_still_holds_it(tmp_path, small_store_config):
+    """The leader dispatches its own records from the fields it put (no decode), matched by raft
+    index and term; an entry another leader wrote at the same index is read from the log."""
+    store = DLedgerMessageStore(tmp_path / "g-0", small_store_config)
+    term = 1
+
+    def propose(bodies: list[bytes]) -> list[int]:
+        first = store.raft_log.last_index + 1
+        store.raft_log.append([Entry(first + i, term, body) for i, body in enumerate(bodies)])
+        return list(range(first, first + len(bodies)))
+
+    async with open_message_store(store.root, store.config, store=store):
+        store.proposer = propose
+        store.start_leading()
+        store.put_many([msg(i) for i in range(0, 8, QUEUES)])  # queue 0, offsets 0 and 1: entries 0 and 1
+        assert store.dispatch_committed(0) == 1 and store.max_queue_offset("Orders", 0) == 1
+        # deposed before entry 1 committed: the leader of term 2 wrote another record at index 1
+        store.raft_log.truncate_after(0)
+        other = msg(50)  # queue 2
+        prep = prepare_record(other)
+        other_bytes = bytearray(prep[0])
+        write_record(other_bytes, 0, other, prep, 0, store.raft_log.record_offsets([prep[0]])[0], 7)
+        store.raft_log.append([Entry(1, 2, bytes(other_bytes))])
+        assert store.dispatch_committed(1) == 1
+        assert store.max_queue_offset("Orders", 0) == 1  # the proposed msg(4) never reached queue 0
+        assert queue_bodies(store)[2] == [other.body]
+        term = 3
+        store.start_leading()
+        store.put_many([msg(i) for i in range(8, 16, QUEUES)])
+        assert store.dispatch_committed(3) == 2
+        assert queue_bodies(store)[0] == [msg(0).body, msg(8).body, msg(12).body]
