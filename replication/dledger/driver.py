@@ -1,6 +1,8 @@
 """The trio side of one raft member: feeds the sans-IO :class:`RaftNode` the network, the
 clock and proposals, and carries out its Readies in order (term and vote to disk, the log
-synced, then the messages out), as the simulator's driver does in tests.
+synced, then the messages out), as the simulator's driver does in tests. A leader's pushes and
+heartbeats are the exception: they go out before its own log sync (Raft section 10.2.1), since
+they claim nothing about its disk; the leader counts itself towards a quorum once synced.
 
 ```
  transport --receive--> node <--propose-- append()          every input wakes the loop:
@@ -30,7 +32,7 @@ from replication.dledger.disk_log import (
     save_hard_state,
     sync_files,
 )
-from replication.dledger.messages import Code, Message
+from replication.dledger.messages import Code, HeartBeat, Message, PushEntry
 from replication.dledger.quorum import Completion
 from replication.dledger.raft_node import RaftNode, RaftSettings, Ready, Role
 from replication.dledger.transport import RaftTransport
@@ -180,11 +182,21 @@ class RaftDriver:
             ready = node.take_ready(trio.current_time())
             synced = self.log.last_index
             files = self.log.take_dirty_files()
+            messages = ready.messages
             if ready.hard_state is not None:
                 await trio.to_thread.run_sync(save_hard_state, self._state_dir / "currterm", ready.hard_state)
+            elif files:
+                # a leader's pushes and heartbeats claim nothing about its disk: they go out while
+                # it syncs (Raft section 10.2.1); answers wait for the sync
+                messages = []
+                for dst, msg in ready.messages:
+                    if isinstance(msg, (PushEntry, HeartBeat)):
+                        self.transport.send(dst, msg)
+                    else:
+                        messages.append((dst, msg))
             if files:
                 await trio.to_thread.run_sync(sync_files, files)
-            for dst, msg in ready.messages:
+            for dst, msg in messages:
                 self.transport.send(dst, msg)
             node.log_synced(synced, trio.current_time())
             self._publish(ready)
