@@ -66,7 +66,7 @@ class CommitLog:
     def directory(self) -> Path:
         return self.files.directory
 
-    def recover(self, checkpoint: Checkpoint | None, *, cut_damage: bool) -> LogRecovery:
+    def recover(self, checkpoint: Checkpoint | None, *, cut_damage: bool, floor: int = 0) -> LogRecovery:
         """Find the end of valid data and cut anything after it.
 
         Scanning starts at the checkpoint's flushed offset (everything below was fsynced).
@@ -74,11 +74,16 @@ class CommitLog:
         followed by valid records is corruption: RocketMQ silently cuts everything after it;
         we raise :class:`StoreCorruptError` naming the file and offset, unless ``cut_damage``
         (the operator's explicit choice) says to cut there.
+
+        ``floor`` (a segment start) is where this log continues a history it does not scan:
+        segments below it hold another layout (a raft era's DLedger entries) and are read
+        by offset only.
         """
         self.files.load()
-        files = self.files.files
+        files = [f for f in self.files.files if f.start >= floor]
         if not files:
-            return LogRecovery(0, 0, 0, 0, None)
+            self.write_offset = self.flushed_offset = floor
+            return LogRecovery(floor, floor, 0, 0, None)
         start = files[0].start
         if checkpoint is not None:
             start = min(max(checkpoint.commitlog_flushed_offset, files[0].start), files[-1].end)
@@ -205,7 +210,8 @@ class CommitLog:
         seg = self.files.find(self.write_offset)
         if seg is None:
             last = self.files.last
-            seg = self.files.create(last.end if last is not None else self.write_offset)
+            start = self.write_offset - self.write_offset % self.segment_size
+            seg = self.files.create(max(start, last.end) if last is not None else self.write_offset)
             self.write_offset = seg.start
         elif self.write_offset - seg.start + size + BLANK_SIZE > seg.size:
             nxt = self.files.find(seg.end) or self.files.create(seg.end)

@@ -70,6 +70,12 @@ DISPATCH_BATCH_MAX = 1024
 _SIZE_AND_MAGIC = struct.Struct(">ii")  # a record's (or BLANK's) first two fields
 ABORT_FILE = "abort"
 CHECKPOINT_FILE = "checkpoint"
+# A store that ran as a raft member keeps its raft state here (replication.dledger.store).
+RAFT_STATE_DIR = "dledger"
+RAFT_BASE_FILE = "base"
+# logFloor=<offset>: the CommitLog continues from this segment start; below it lies a sealed
+# raft era (DLedger entries, read by offset only). Written when a group leaves raft.
+LOG_FLOOR_FILE = "logfloor"
 
 
 def now_ms() -> int:
@@ -156,18 +162,34 @@ class MessageStore:
         self.root.mkdir(parents=True, exist_ok=True)
         clean = not (self.root / ABORT_FILE).exists()
         checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
-        log_recovery = self.commitlog.recover(checkpoint, cut_damage=self.config.recover_cut_damage)
+        floor = self.log_floor()
+        if floor is None and (self.root / RAFT_STATE_DIR / RAFT_BASE_FILE).exists():
+            raise StoreError(f"{self.root} holds raft (DLedger) entries that were never sealed: start it with "
+                             "replication.mode = \"dledger\", or switch the group with `mqctl restart` after "
+                             "`mqctl config set replication.mode ...`")
+        log_recovery = self.commitlog.recover(checkpoint, cut_damage=self.config.recover_cut_damage, floor=floor or 0)
         end = log_recovery.end
         self.queues.recover(end)
         if self.config.index_enabled:
             self.index.recover(end)
-        start = self.commitlog.min_offset
+        start = max(self.commitlog.min_offset, floor or 0)
         if checkpoint is not None:
             start = max(start, min(checkpoint.dispatched_offset, end))
         self.reput_offset = start
         redispatched = self._catch_up()
         self._opened()
         return RecoveryReport(clean, log_recovery, redispatched)
+
+    def log_floor(self) -> int | None:
+        """Where the CommitLog continues a sealed raft era (None: it has none)."""
+        try:
+            text = (self.root / LOG_FLOOR_FILE).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        key, _, value = text.strip().partition("=")
+        if key != "logFloor" or not value.isdigit():
+            raise StoreError(f"{self.root / LOG_FLOOR_FILE}: expected logFloor=<offset>, found {text.strip()!r}")
+        return int(value)
 
     def _opened(self) -> None:
         """Recovery is over: mark the store open (an unclean stop leaves the abort file)."""
