@@ -25,7 +25,7 @@ import typer
 
 from core.config import Config, parse_config
 from core.errors import ConfigError
-from mqctl.context import config_path, load
+from mqctl.context import config_path
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput
 
@@ -113,18 +113,6 @@ def refuse_not_yet_available(key: Key, value: Any) -> None:
     reason = NOT_YET_AVAILABLE.get((key.section, key.field, value))
     if reason is not None:
         raise CliError(f"{key} {value}: {reason}")
-
-
-def refuse_leaving_raft(ctx: typer.Context, key: Key, value: Any) -> None:
-    """Stores that ran raft hold DLedger entries a classic CommitLog cannot continue; going back
-    to master-slave is not supported yet (the other way keeps every message: docs/replication.md)."""
-    if (key.section, key.field) != ("replication", "mode") or value == "dledger":
-        return
-    config = load(ctx)
-    raft = [b.node for b in config.brokers if (config.data_dir / b.node / "dledger" / "base").exists()]
-    if raft:
-        raise CliError(f"{key} {value}: {', '.join(raft)} already store raft entries; switching a raft "
-                       "group back to master-slave is not supported yet")
 
 
 def show(value: Any) -> str:
@@ -233,7 +221,6 @@ def set_cmd(
     parsed = parse_key(key)
     new = convert(parsed, value)
     refuse_not_yet_available(parsed, new)
-    refuse_leaving_raft(ctx, parsed, new)
     old, changed = set_value(config_path(ctx), parsed, new)
     if as_json:
         typer.echo(json.dumps({"key": str(parsed), "old": old, "new": new, "changed": changed}, default=str))

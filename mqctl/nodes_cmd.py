@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import trio
@@ -27,6 +28,7 @@ from mqctl.processes import (
     tail_of_log,
     wait_exited,
 )
+from replication.dledger.seal import SealError, holds_unsealed_raft, seal_group
 
 NodeNames = Annotated[list[str] | None, typer.Argument(help="Nodes to act on (default: all).")]
 
@@ -136,6 +138,8 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
     config = load(ctx)
     if config.replication.mode == "dledger" and _switch_to_raft(config, timeout, as_json):
         return
+    if config.replication.mode != "dledger" and _switch_from_raft(config, timeout, as_json):
+        return
     order = rolling.restart_order(config, nodes_of(config, nodes))
     waits_for_slaves = rolling.is_master_slave(config)
     width = max((len(s.name) for s in order), default=0)
@@ -179,12 +183,7 @@ def _switch_to_raft(config: Config, timeout_s: float, as_json: bool) -> bool:
     rolling.stop_group_for_raft). False when no group needs it (a rolling restart follows)."""
     groups = [b for b in config.brokers if b.is_master
               and rolling.running_engine(config, [m for m in config.brokers if m.name == b.name]) in ("async", "sync")]
-
-    def progress(node: BrokerNode, message: str) -> None:
-        if as_json:
-            typer.echo(json.dumps({"node": node.node, "note": message}))
-        else:
-            typer.echo(f"{node.node}  {message}")
+    progress = _progress_printer(as_json)
 
     for master in groups:
         deadline = time.monotonic() + timeout_s
@@ -193,6 +192,43 @@ def _switch_to_raft(config: Config, timeout_s: float, as_json: bool) -> bool:
         for row in start_nodes(config, nodes_of(config, members), deadline):
             progress(config.broker_node(str(row["node"])) or master, f"{row['state']} as a raft member (pid {row['pid']})")
     return bool(groups)
+
+
+def _switch_from_raft(config: Config, timeout_s: float, as_json: bool) -> bool:
+    """`mqctl restart` after `config set replication.mode async|sync` while stores hold raft
+    entries: each such group stops as a whole, its stores are sealed (replication.dledger.seal:
+    every member keeps the log raft would keep), and it starts as a master and its slaves.
+    False when no store needs it (a rolling restart follows)."""
+    groups = sorted({b.name for b in config.brokers if holds_unsealed_raft(config.data_dir / b.node)})
+    progress = _progress_printer(as_json)
+    for group in groups:
+        deadline = time.monotonic() + timeout_s
+        members = [b for b in config.brokers if b.name == group]
+        rolling.stop_group_leaving_raft(config, group, progress)
+        try:
+            sealed = seal_group([config.data_dir / m.node for m in members], config.store)
+        except SealError as exc:
+            raise CliError(f"broker group {group} cannot leave raft: {exc}") from None
+        for m in sealed:
+            node = config.broker_node(m.root.name) or members[0]
+            progress(node, f"sealed: raft log kept through entry {m.last_index_before + m.copied - m.cut} "
+                           f"({m.cut} cut, {m.copied} copied); CommitLog continues at {m.floor}")
+        for row in start_nodes(config, nodes_of(config, [m.node for m in members]), deadline):
+            node = config.broker_node(str(row["node"])) or members[0]
+            progress(node, f"{row['state']} as {'master' if node.is_master else 'slave'} (pid {row['pid']})")
+        master = next((m for m in members if m.is_master), None)
+        if master is not None and rolling.slaves_of(config, master):
+            progress(master, rolling.wait_slaves_connected(config, master, deadline)["note"])
+    return bool(groups)
+
+
+def _progress_printer(as_json: bool) -> Callable[[BrokerNode, str], None]:
+    def progress(node: BrokerNode, message: str) -> None:
+        if as_json:
+            typer.echo(json.dumps({"node": node.node, "note": message}))
+        else:
+            typer.echo(f"{node.node}  {message}")
+    return progress
 
 
 def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:

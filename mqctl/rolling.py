@@ -19,7 +19,7 @@ from core.config import BrokerNode, Config
 from core.store.checkpoint import read_checkpoint
 from mqctl import probe
 from mqctl.errors import CliError
-from mqctl.leader_cmd import caught_up_with_leader, group_infos
+from mqctl.leader_cmd import caught_up_with_leader, group_infos, leader_of
 from mqctl.processes import NodeSpec, nodes_of, running_pid, stop
 from mqctl.replication_view import RuntimeInfo, caught_up, link_of, refused
 
@@ -215,3 +215,15 @@ def stop_group_for_raft(config: Config, master: BrokerNode, deadline: float,
         _poll(deadline, holds_end, too_late)
         progress(slave, f"holds the master's log up to {end}; stopping: "
                         f"{stop(config, nodes_of(config, [slave.node])[0], force=False)}")
+
+
+def stop_group_leaving_raft(config: Config, group: str, progress: Callable[[BrokerNode, str], None]) -> None:
+    """Stop every running member of raft group ``group``, its leader first: the followers
+    cannot commit anything after it (a majority of them would need a new election first,
+    and they are stopped right after). Sealing then keeps the log raft would keep."""
+    members = [b for b in config.brokers if b.name == group]
+    leader = leader_of(group_infos(config, group))
+    for member in sorted(members, key=lambda b: b.node != leader):
+        if running_pid(config, member.node) is not None:
+            note = "leader" if member.node == leader else "follower"
+            progress(member, f"{note}, stopping: {stop(config, nodes_of(config, [member.node])[0], force=False)}")

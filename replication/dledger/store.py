@@ -36,6 +36,9 @@ from core.store.dispatch import Appended
 from core.store.message_store import (
     ABORT_FILE,
     CHECKPOINT_FILE,
+    LOG_FLOOR_FILE,
+    RAFT_BASE_FILE,
+    RAFT_STATE_DIR,
     MessageStore,
     PutResult,
     RecoveryReport,
@@ -56,7 +59,7 @@ from replication.dledger.messages import Code
 
 log = logging.getLogger(__name__)
 
-BASE_FILE = "base"  # dledger/base: dataBeginOffset=<where the raft data begins>
+BASE_FILE = RAFT_BASE_FILE  # dledger/base: dataBeginOffset=<where the raft data begins>
 _ENTRY_HEAD = struct.Struct(">iiqq")  # magic, size, raft index, term
 Proposer = Callable[[list[bytes]], "list[int] | Code"]
 
@@ -66,7 +69,7 @@ class DLedgerMessageStore(MessageStore):
 
     def __init__(self, root: Path, config: StoreConfig, plugins: PluginHost | None = None, **kwargs: object) -> None:
         super().__init__(root, config, plugins, **kwargs)  # type: ignore[arg-type]
-        self.state_dir = root / "dledger"
+        self.state_dir = root / RAFT_STATE_DIR
         self.raft_log = DiskRaftLog(root, config.segment_size_bytes, data=self.commitlog.files)
         self.committed_index = -1
         self.proposer: Proposer | None = None  # the raft node's propose, set by the replication
@@ -100,10 +103,14 @@ class DLedgerMessageStore(MessageStore):
     def _data_base(self) -> int:
         """Where the raft data begins: read from ``dledger/base``, or fixed on the first start.
         A store that held a classic CommitLog is recovered and dispatched as one first; the
-        raft data then begins at the next segment start."""
+        raft data then begins at the next segment start. A store whose earlier raft era was
+        sealed (it ran master-slave since) keeps that era's state aside as history."""
         props = read_properties(self.state_dir / BASE_FILE)
-        if "dataBeginOffset" in props:
+        floor = self.log_floor()
+        if "dataBeginOffset" in props and floor is None:
             return int(props["dataBeginOffset"])
+        if floor is not None and self.state_dir.exists():
+            self.state_dir.rename(self.state_dir.with_name(f"{RAFT_STATE_DIR}-sealed-{floor}"))
         seg = self.config.segment_size_bytes
         base = 0
         if _classic_segments(self.root / "commitlog"):
@@ -115,6 +122,7 @@ class DLedgerMessageStore(MessageStore):
                 self._last_store_ts, self._last_dispatch_ts, self._last_dispatch_ts, base, base))
             log.info("store %s: classic CommitLog kept below %d; raft entries follow from there", self.root, base)
         write_properties(self.state_dir / BASE_FILE, {"dataBeginOffset": str(base)})
+        (self.root / LOG_FLOOR_FILE).unlink(missing_ok=True)  # the sealed era is classic history now
         return base
 
     # ---------------------------------------------------------------- dispatching

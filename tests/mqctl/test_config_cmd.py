@@ -55,17 +55,6 @@ def test_set_keeps_every_comment_and_get_reads_it_back(conf, mqctl):
     assert json.loads(got_json.stdout) == {"key": "replication.mode", "value": "sync", "source": "file"}
 
 
-def test_leaving_raft_is_refused_once_a_store_holds_raft_entries_and_the_file_is_untouched(conf, mqctl):
-    assert mqctl("config", "set", "replication.mode", "dledger").returncode == 0
-    (conf.parent / "data" / "broker-a-1" / "dledger").mkdir(parents=True)
-    (conf.parent / "data" / "broker-a-1" / "dledger" / "base").write_text("dataBeginOffset=0\n")
-    before = conf.read_bytes()
-    done = mqctl("config", "set", "replication.mode", "async")
-    assert done.returncode != 0
-    assert "broker-a-1 already store raft entries" in done.stderr and "not supported yet" in done.stderr
-    assert conf.read_bytes() == before
-
-
 @pytest.mark.parametrize(("args", "message"), [
     (("store.nope", "1"), "the keys of [store] are: store.segment_size_bytes, store.flush,"),
     (("nosuch.key", "1"), "the sections are: cluster, store, replication, namesrv, broker"),

@@ -12,7 +12,7 @@ import trio
 
 from core.broker.replication import Replicated
 from core.config import BrokerNode, Config, ReplicationConfig, StoreConfig
-from core.errors import ReadOnlyStoreError
+from core.errors import ReadOnlyStoreError, StoreError
 from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
 from core.store.message_store import MessageStore, open_message_store
@@ -20,6 +20,7 @@ from formats.dledger import HEADER_SIZE
 from formats.record import MessageRecord, prepare_record, write_record
 from plugins import plugin_host
 from replication.dledger.raft_log import Entry
+from replication.dledger.seal import seal_group
 from replication.dledger.store import DLedgerMessageStore
 from replication.dledger.strategy import DLedgerReplication, follower_broker_id
 
@@ -229,3 +230,45 @@ async def test_a_leader_dispatches_what_it_proposed_only_while_the_log_still_hol
         store.put_many([msg(i) for i in range(8, 16, QUEUES)])
         assert store.dispatch_committed(3) == 2
         assert queue_bodies(store)[0] == [msg(0).body, msg(8).body, msg(12).body]
+
+
+async def test_a_sealed_raft_group_continues_as_master_and_slaves_and_can_go_back_to_raft(tmp_path, small_store_config):
+    config = group_config(small_store_config, 3)
+    roots = [tmp_path / b.node for b in config.brokers]
+    async with trio.open_nursery() as nursery:
+        group = Group(tmp_path, config, nursery)
+        for node in config.brokers:
+            await group.start(node)
+        leader = await group.leader()
+        assert await put_committed(leader, [msg(i) for i in range(24)]) == [i // QUEUES for i in range(24)]
+        lagging = next(n for n in group.members if n != leader.node.node)
+        await group.stop(lagging)  # misses the next four
+        assert await put_committed(leader, [msg(i) for i in range(24, 28)]) == [6] * QUEUES
+        for node in list(group.members):
+            await group.stop(node)
+        nursery.cancel_scope.cancel()
+
+    with pytest.raises(StoreError, match="never sealed"):
+        MessageStore(roots[0], small_store_config).open()
+    sealed = await trio.to_thread.run_sync(seal_group, roots, small_store_config)  # an offline tool: trio.run inside
+    assert len(sealed) == 3 and len({m.floor for m in sealed}) == 1
+    assert {m.root.name: m.copied for m in sealed}[lagging] >= 4
+    assert await trio.to_thread.run_sync(seal_group, roots, small_store_config) == []  # sealed already
+    floor = sealed[0].floor
+    for root in roots:  # each opens as a classic store holding all 28; new records go from the floor on
+        async with open_message_store(root, small_store_config) as store:
+            assert store.log_floor() == floor
+            assert queue_bodies(store)[3] == [msg(i).body for i in range(3, 28, QUEUES)]
+            put = store.put(msg(28))
+            assert put.phys_offset == floor and put.queue_offset == 7
+
+    # back to raft: the sealed era and the classic records after it stay readable
+    async with trio.open_nursery() as nursery:
+        group = Group(tmp_path, config, nursery)
+        for node in config.brokers:
+            await group.start(node)
+        leader = await group.leader()
+        assert leader.store.raft_log.base == floor + small_store_config.segment_size_bytes
+        assert await put_committed(leader, [msg(32)]) == [8]
+        assert queue_bodies(leader.store)[0] == [msg(i).body for i in range(0, 33, QUEUES)]
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,127 @@
+"""Leaving raft: seal the stopped members of a raft group so they continue as a master-slave
+group (``replication.mode`` back to async or sync).
+
+```
+ before (each member, stopped):  [classic era?][raft entries 0 .. its last, commit checkpoint c]
+ 1. the log raft would keep: the most up-to-date member's (highest last term, then last index):
+    by Leader Completeness it holds every committed entry, and a new leader would commit it all
+ 2. every other member: cut where it stops agreeing with that log, copy the rest (run by run)
+ 3. every member: committed = that log's last index; the store opens once as a raft store and
+    dispatches all of it to the ConsumeQueues and the key index
+ after:  [classic era?][raft entries 0 .. C][classic segments from the floor on]
+         logfloor = the first segment start at or after entry C's end, the same on every member
+```
+Below the floor the CommitLog is history read by offset (ConsumeQueue entries and offset
+msgIds point at the records inside the entries); a classic CommitLog continues at the floor, so
+master and slaves agree on every offset. Entries cut from a member were never committed (no
+send was answered SUCCESS for them); entries kept beyond the leader's last commit checkpoint
+were stored by the last leader and may have been answered with a timeout, as after a raft
+failover.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from core.config import StoreConfig
+from core.store.checkpoint import Checkpoint, write_checkpoint
+from core.store.message_store import CHECKPOINT_FILE, LOG_FLOOR_FILE, RAFT_BASE_FILE, RAFT_STATE_DIR
+from replication.dledger.disk_log import (
+    DiskRaftLog,
+    load_commit_checkpoint,
+    read_properties,
+    save_commit_checkpoint,
+    write_properties,
+)
+from replication.dledger.store import DLedgerMessageStore
+
+COPY_RUN_ENTRIES = 512
+COPY_RUN_BYTES = 4 * 1024 * 1024
+
+
+class SealError(Exception):
+    """The group's stores cannot be sealed as one master-slave group (the reason says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SealedMember:
+    root: Path
+    last_index_before: int
+    cut: int  # entries cut (never committed)
+    copied: int  # entries copied from the most up-to-date member
+    floor: int
+
+
+def holds_unsealed_raft(root: Path) -> bool:
+    """Whether the store under ``root`` holds raft entries not sealed yet."""
+    return (root / RAFT_STATE_DIR / RAFT_BASE_FILE).exists() and not (root / LOG_FLOOR_FILE).exists()
+
+
+def seal_group(roots: list[Path], config: StoreConfig) -> list[SealedMember]:
+    """Seal the raft stores under ``roots`` (one group's members, all stopped) as described
+    above; stores without unsealed raft entries are left alone. Raises :class:`SealError`."""
+    roots = [r for r in roots if holds_unsealed_raft(r)]
+    if not roots:
+        return []
+    bases = {r: int(read_properties(r / RAFT_STATE_DIR / RAFT_BASE_FILE).get("dataBeginOffset", "0")) for r in roots}
+    if len(set(bases.values())) > 1:
+        raise SealError("the members' raft entries begin at different offsets ("
+                        + ", ".join(f"{r.name}: {b}" for r, b in bases.items())
+                        + "): as master and slaves their CommitLogs would not line up")
+    logs = {r: DiskRaftLog(r, config.segment_size_bytes, base=bases[r]) for r in roots}
+    try:
+        for r, raft_log in logs.items():
+            raft_log.open(load_commit_checkpoint(r / RAFT_STATE_DIR / "checkpoint"))
+        source = max(roots, key=lambda r: (logs[r].last_term, logs[r].last_index))
+        last = logs[source].last_index
+        aligned = {r: _align(logs[r], logs[source]) for r in roots}
+        for r, raft_log in logs.items():
+            raft_log.sync()
+            save_commit_checkpoint(r / RAFT_STATE_DIR / "checkpoint", last, last)
+    finally:
+        for raft_log in logs.values():
+            raft_log.close()
+    out = []
+    for r in roots:
+        before, cut, copied = aligned[r]
+        out.append(SealedMember(r, before, cut, copied, _seal_store(r, config)))
+    if len({m.floor for m in out}) > 1:
+        raise SealError("the sealed members' logs end at different offsets: "
+                        + ", ".join(f"{m.root.name}: {m.floor}" for m in out))
+    return out
+
+
+def _align(ours: DiskRaftLog, theirs: DiskRaftLog) -> tuple[int, int, int]:
+    """Make ``ours`` hold exactly ``theirs``: (our last index before, entries cut, copied)."""
+    before = ours.last_index
+    if ours is theirs:
+        return before, 0, 0
+    agree = min(ours.last_index, theirs.last_index)
+    while agree >= 0 and ours.term_at(agree) != theirs.term_at(agree):
+        agree -= 1  # same index and term: the same entry and the same log before it
+    cut = ours.truncate_after(agree)
+    copied = 0
+    while ours.last_index < theirs.last_index:
+        run = theirs.entries(ours.last_index + 1, COPY_RUN_ENTRIES, COPY_RUN_BYTES)
+        ours.append(run)
+        copied += len(run)
+    return before, cut, copied
+
+
+def _seal_store(root: Path, config: StoreConfig) -> int:
+    """Open the store once as a raft member's (it dispatches every committed entry), then
+    mark where the classic CommitLog continues; returns that floor."""
+    store = DLedgerMessageStore(root, config)
+    store.open()
+    end = store.raft_log.write_pos
+    trio.run(store.close)
+    stamp = int(time.time() * 1000)
+    seg = config.segment_size_bytes
+    floor = -(-end // seg) * seg
+    write_checkpoint(root / CHECKPOINT_FILE, Checkpoint(stamp, stamp, stamp, floor, floor))
+    write_properties(root / LOG_FLOOR_FILE, {"logFloor": str(floor)})
+    return floor
