@@ -187,9 +187,7 @@ class DiskRaftLog:
             if placed != pos:  # the next data file: write what this one gets, then its padding
                 self._write_chunk(chunk_at, parts, index_parts, pos, last, last_term)
                 parts, index_parts = [], []
-                if placed - pos >= 8:
-                    mf = self._data_file(pos)
-                    mf.write(pos - mf.start, dledger.encode_padding(placed - pos))
+                self._pad(pos, placed)
                 chunk_at = pos = placed
             body = _with_own_offset(e.body, pos + dledger.HEADER_SIZE) if e.magic == dledger.MAGIC_NORMAL else e.body
             parts += (dledger.encode_header(e.index, e.term, pos, len(body), magic=e.magic), body)
@@ -205,14 +203,19 @@ class DiskRaftLog:
         at = run.first_pos
         if self._placed(self.write_pos, heads[0][1]) != at or at % self.segment_size + len(run.raw) > self.segment_size:
             return False
-        if at != self.write_pos and at - self.write_pos >= 8:
-            mf = self._data_file(self.write_pos)
-            mf.write(self.write_pos - mf.start, dledger.encode_padding(at - self.write_pos))
+        self._pad(self.write_pos, at)
         index = run.first_index
         index_parts = [dledger.encode_index_fields(magic, at + start, size, index + i, term)
                        for i, (start, size, term, magic) in enumerate(heads)]
         self._write_chunk(at, [run.raw], index_parts, at + len(run.raw), run.last_index, heads[-1][2])
         return True
+
+    def _pad(self, end: int, next_start: int) -> None:
+        """Close the data file the log ends in (at ``end``) when the next entry goes to the
+        next file (at ``next_start``)."""
+        if next_start - end >= 8:
+            mf = self._data_file(end)
+            mf.write(end - mf.start, dledger.encode_padding(next_start - end))
 
     def _write_chunk(self, at: int, parts: Sequence[bytes | memoryview], index_parts: list[bytes], end: int, last: int,
                      last_term: int) -> None:
