@@ -55,6 +55,8 @@ class DiskRaftLog:
         self._last = -1
         self._last_term = -1
         self.write_pos = 0  # where the next entry goes
+        self.durable_index = -1  # synced through here (set by whoever syncs, cut by truncations)
+        self.cuts = 0  # truncations so far: a sync that saw one cannot vouch for what it snapshotted
 
     # ------------------------------------------------------------------ open
 
@@ -79,6 +81,7 @@ class DiskRaftLog:
         self._set_end(last)
         self._zero_after(last)
         self._cut_data_at_end()
+        self.durable_index = last
 
     def _index_capacity(self) -> int:
         last = self.index.last
@@ -260,6 +263,8 @@ class DiskRaftLog:
         if index >= self._last:
             return 0
         dropped = self._last - index
+        self.cuts += 1
+        self.durable_index = min(self.durable_index, index)
         self._zero_after(index)
         self._set_end(index)
         self._cut_data_at_end()
@@ -282,6 +287,7 @@ class DiskRaftLog:
         now durable."""
         last = self._last
         sync_files(self.take_dirty_files())
+        self.durable_index = last
         return last
 
     def take_dirty_files(self) -> list[MappedFile]:

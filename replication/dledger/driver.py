@@ -3,6 +3,9 @@ clock and proposals, and carries out its Readies in order (term and vote to disk
 synced, then the messages out), as the simulator's driver does in tests. A leader's pushes and
 heartbeats are the exception: they go out before its own log sync (Raft section 10.2.1), since
 they claim nothing about its disk; the leader counts itself towards a quorum once synced.
+Without ``RaftSettings.sync_appends`` (a store that flushes asynchronously) step 2 is left to a
+flush task every ``flush_interval_s``: appends are answered from the page cache, which survives
+any process crash, and the commit checkpoint covers only what that task synced.
 
 ```
  transport --receive--> node <--propose-- append()          every input wakes the loop:
@@ -95,6 +98,8 @@ class RaftDriver:
             self.term = self.node.term
             async with trio.open_nursery() as nursery:
                 port = await nursery.start(self.transport.serve, listen)
+                if not self.settings.sync_appends:
+                    nursery.start_soon(self._flush_loop)
                 task_status.started(port)
                 await self._loop()
         finally:
@@ -180,8 +185,9 @@ class RaftDriver:
         assert node is not None
         while True:
             ready = node.take_ready(trio.current_time())
+            cuts = self.log.cuts
             synced = self.log.last_index
-            files = self.log.take_dirty_files()
+            files = self.log.take_dirty_files() if self.settings.sync_appends else []
             messages = ready.messages
             if ready.hard_state is not None:
                 await trio.to_thread.run_sync(save_hard_state, self._state_dir / "currterm", ready.hard_state)
@@ -198,6 +204,8 @@ class RaftDriver:
                 await trio.to_thread.run_sync(sync_files, files)
             for dst, msg in messages:
                 self.transport.send(dst, msg)
+            if files and self.log.cuts == cuts:  # no truncation while it synced
+                self.log.durable_index = synced
             node.log_synced(synced, trio.current_time())
             self._publish(ready)
             if not (ready.messages or ready.hard_state or files or ready.completions) and \
@@ -224,8 +232,20 @@ class RaftDriver:
             self._role_changed.set()
             self._role_changed = trio.Event()
 
+    async def _flush_loop(self) -> None:
+        """Without ``sync_appends``: make the log durable every ``flush_interval_s``."""
+        log_ = self.log
+        while True:
+            await trio.sleep(self.settings.flush_interval_s)
+            cuts, last, files = log_.cuts, log_.last_index, log_.take_dirty_files()
+            if files:
+                await trio.to_thread.run_sync(sync_files, files)
+            if log_.cuts == cuts:  # no truncation meanwhile: everything through ``last`` is on disk
+                log_.durable_index = max(log_.durable_index, last)
+
     async def _checkpoint(self) -> None:
-        upto = min(self.commit_index, self.log.last_index)
+        # only what is on disk: recovery trusts the entries up to the checkpoint unchecked
+        upto = min(self.commit_index, self.log.durable_index)
         if upto > self._checkpointed:
             await trio.to_thread.run_sync(save_commit_checkpoint, self._state_dir / "checkpoint", upto,
                                           self.log.last_index)

@@ -58,6 +58,11 @@ class RaftSettings:
     transfer_wait_entries: int = 1000  # a transferee may lag this many entries at the start
     preferred_leader: str | None = None
     push: PushLimits = field(default_factory=PushLimits)
+    # True: fdatasync the log before any append is answered or counted (store.flush = "sync",
+    # and the simulator's model); False: answer from the page cache and fdatasync every
+    # flush_interval_s, as DLedger's default and an async-flush master do
+    sync_appends: bool = True
+    flush_interval_s: float = 0.5
 
     @property
     def leader_lease_s(self) -> float:

@@ -49,7 +49,9 @@ class DLedgerReplication:
         self.store = store
         members = [b for b in config.brokers if b.name == node.name]
         self.peers = {b.node: raft_address(b) for b in members}
-        self.settings = settings or RaftSettings()
+        # the log is synced before an append is answered only when the store flushes so too
+        self.settings = settings or RaftSettings(sync_appends=store.config.flush == "sync",
+                                                 flush_interval_s=store.config.flush_interval_ms / 1000)
         self.driver = RaftDriver(node.name, node.node, self.peers, store.root, store.config.segment_size_bytes,
                                  self.settings, log=store.raft_log, on_commit=self._committed)
         self.commits = AckWaiters()  # watermark: commit index + 1

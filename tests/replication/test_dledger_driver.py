@@ -12,7 +12,9 @@ import trio
 from formats.record import MessageRecord, encode_record
 from replication.dledger.driver import RaftDriver
 from replication.dledger.messages import Code
-from replication.dledger.raft_node import Role
+from replication.dledger.driver import CHECKPOINT_INTERVAL_S
+from replication.dledger.disk_log import load_commit_checkpoint
+from replication.dledger.raft_node import RaftSettings, Role
 from tests.conftest import free_port
 
 SEGMENT = 64 * 1024
@@ -23,14 +25,15 @@ def body(i: int) -> bytes:
 
 
 class Cluster:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, settings: RaftSettings | None = None) -> None:
         self.tmp = tmp_path
+        self.settings = settings
         self.addrs = {f"n{i}": f"127.0.0.1:{free_port()}" for i in range(3)}
         self.drivers: dict[str, RaftDriver] = {}
         self.scopes: dict[str, trio.CancelScope] = {}
 
     async def start(self, nursery: trio.Nursery, node: str) -> None:
-        driver = RaftDriver("g", node, self.addrs, self.tmp / node, SEGMENT, rng=random.Random(node))
+        driver = RaftDriver("g", node, self.addrs, self.tmp / node, SEGMENT, self.settings, rng=random.Random(node))
         scope = trio.CancelScope()
 
         async def run(task_status: trio.TaskStatus[int]) -> None:
@@ -54,8 +57,8 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Cluster, trio.Nursery]]:
-    c = Cluster(tmp_path)
+async def cluster(tmp_path: Path, settings: RaftSettings | None = None) -> AsyncIterator[tuple[Cluster, trio.Nursery]]:
+    c = Cluster(tmp_path, settings)
     async with trio.open_nursery() as nursery:
         for node in c.addrs:
             await c.start(nursery, node)
@@ -102,3 +105,20 @@ async def test_leadership_transfer_over_the_network(tmp_path):
         with trio.fail_after(5):
             while (await c.leader()).id != target:
                 await trio.sleep(0.01)
+
+
+async def test_without_synced_appends_the_log_is_flushed_on_a_timer_and_checkpointed_only_that_far(tmp_path):
+    settings = RaftSettings(sync_appends=False, flush_interval_s=0.2)
+    async with cluster(tmp_path, settings) as (c, _nursery):
+        leader = await c.leader()
+        results = await leader.append([body(i) for i in range(30)])
+        assert not isinstance(results, Code) and {r.code for r in results} == {Code.SUCCESS}
+        last = results[-1].index
+        with trio.fail_after(5):  # the flush task makes it durable, and only then is it checkpointed
+            while True:
+                marks = {n: (load_commit_checkpoint(d.store_dir / "dledger" / "checkpoint"), d.log.durable_index)
+                         for n, d in c.drivers.items()}
+                assert all(checkpoint <= durable for checkpoint, durable in marks.values()), marks
+                if all(checkpoint >= last for checkpoint, _ in marks.values()):
+                    break
+                await trio.sleep(CHECKPOINT_INTERVAL_S / 10)
