@@ -113,6 +113,18 @@ def consumer_offsets(address: str, group: str) -> dict:
     return {k: v for k, v in table.items() if k.endswith(f"@{group}")}
 
 
+def send_resume_and_audit(cluster: Cluster, body: str, count: int, audit_group: str, total: int) -> list[str]:
+    """Send ``count`` messages, check group "swap" resumes with exactly those, and return the
+    ``total`` bodies of the topic (sorted), as a new group reads them from the beginning."""
+    sent = cluster.mqctl("send", "Swap", body, "--count", str(count), "--json")
+    assert {json.loads(line)["status"] for line in sent.stdout.splitlines()} == {"SEND_OK"}
+    resumed = cluster.mqctl("tail", "Swap", "--group", "swap", "--count", str(count), "--json")
+    assert [json.loads(line)["body"] for line in resumed.stdout.splitlines()] == [body] * count
+    everything = cluster.mqctl("tail", "Swap", "--group", audit_group, "--from-beginning", "--count", str(total),
+                               "--json")
+    return sorted(json.loads(line)["body"] for line in everything.stdout.splitlines())
+
+
 def test_switching_a_master_slave_group_to_raft_and_back_keeps_messages_and_consumer_offsets(tmp_path, subprocess_env):
     with running_cluster(tmp_path, subprocess_env, broker_ids=(0, 1, 2), mode="async",
                          broker="slave_sync_interval_ms = 200") as cluster:
@@ -134,26 +146,14 @@ def test_switching_a_master_slave_group_to_raft_and_back_keeps_messages_and_cons
         rows = status_rows(cluster)
         assert sum(r["state"] == "leading" for r in rows.values()) == 1
 
-        sent = cluster.mqctl("send", "Swap", "after", "--count", "20", "--json")
-        assert {json.loads(line)["status"] for line in sent.stdout.splitlines()} == {"SEND_OK"}
-        resumed = cluster.mqctl("tail", "Swap", "--group", "swap", "--count", "20", "--json")
-        assert [json.loads(line)["body"] for line in resumed.stdout.splitlines()] == ["after"] * 20
-        everything = cluster.mqctl("tail", "Swap", "--group", "audit", "--from-beginning", "--count", "60", "--json")
-        bodies = sorted(json.loads(line)["body"] for line in everything.stdout.splitlines())
-        assert bodies == ["after"] * 20 + ["before"] * 40
+        assert send_resume_and_audit(cluster, "after", 20, "audit", 60) == ["after"] * 20 + ["before"] * 40
 
         # and back: the stores are sealed, the CommitLogs continue past the raft era
         assert cluster.mqctl("config", "set", "replication.mode", "async").returncode == 0
         back = cluster.mqctl("restart")
         assert back.returncode == 0, back.stderr
         assert back.stdout.count("sealed: raft log kept through entry") == 3 and "as master" in back.stdout
-        sent = cluster.mqctl("send", "Swap", "back", "--count", "10", "--json")
-        assert {json.loads(line)["status"] for line in sent.stdout.splitlines()} == {"SEND_OK"}
-        resumed = cluster.mqctl("tail", "Swap", "--group", "swap", "--count", "10", "--json")
-        assert [json.loads(line)["body"] for line in resumed.stdout.splitlines()] == ["back"] * 10
-        everything = cluster.mqctl("tail", "Swap", "--group", "audit2", "--from-beginning", "--count", "70", "--json")
-        bodies = sorted(json.loads(line)["body"] for line in everything.stdout.splitlines())
-        assert bodies == ["after"] * 20 + ["back"] * 10 + ["before"] * 40
+        assert send_resume_and_audit(cluster, "back", 10, "audit2", 70) == ["after"] * 20 + ["back"] * 10 + ["before"] * 40
         deadline = time.monotonic() + 30
         while (rows := status_rows(cluster)) and not all("in sync" in rows[n]["state"] for n in ("broker-a-1", "broker-a-2")):
             assert time.monotonic() < deadline, f"the slaves did not catch up with the master: {rows}"

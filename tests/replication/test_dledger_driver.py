@@ -10,10 +10,9 @@ from pathlib import Path
 import trio
 
 from formats.record import MessageRecord, encode_record
-from replication.dledger.driver import RaftDriver
-from replication.dledger.messages import Code
-from replication.dledger.driver import CHECKPOINT_INTERVAL_S
 from replication.dledger.disk_log import load_commit_checkpoint
+from replication.dledger.driver import CHECKPOINT_INTERVAL_S, RaftDriver
+from replication.dledger.messages import Code
 from replication.dledger.raft_node import RaftSettings, Role
 from tests.conftest import free_port
 
