@@ -11,6 +11,7 @@ import trio
 import typer
 
 from core.config import BrokerNode, Config
+from core.store.message_store import holds_unsealed_raft
 from mqctl import probe, replication_view, rolling
 from mqctl.context import load
 from mqctl.errors import CliError
@@ -28,7 +29,7 @@ from mqctl.processes import (
     tail_of_log,
     wait_exited,
 )
-from replication.dledger.seal import SealError, holds_unsealed_raft, seal_group
+from replication.dledger.seal import SealError, seal_group
 
 NodeNames = Annotated[list[str] | None, typer.Argument(help="Nodes to act on (default: all).")]
 
@@ -211,7 +212,7 @@ def _switch_from_raft(config: Config, timeout_s: float, as_json: bool) -> bool:
             raise CliError(f"broker group {group} cannot leave raft: {exc}") from None
         for m in sealed:
             node = config.broker_node(m.root.name) or members[0]
-            progress(node, f"sealed: raft log kept through entry {m.last_index_before + m.copied - m.cut} "
+            progress(node, f"sealed: raft log kept through entry {m.last_index} "
                            f"({m.cut} cut, {m.copied} copied); CommitLog continues at {m.floor}")
         for row in start_nodes(config, nodes_of(config, [m.node for m in members]), deadline):
             node = config.broker_node(str(row["node"])) or members[0]

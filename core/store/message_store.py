@@ -78,6 +78,12 @@ RAFT_BASE_FILE = "base"
 LOG_FLOOR_FILE = "logfloor"
 
 
+def holds_unsealed_raft(root: Path) -> bool:
+    """Whether the store under ``root`` holds raft entries no seal has closed (it can only open
+    as a raft member's store until `mqctl restart` seals it)."""
+    return (root / RAFT_STATE_DIR / RAFT_BASE_FILE).exists() and not (root / LOG_FLOOR_FILE).exists()
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -163,7 +169,7 @@ class MessageStore:
         clean = not (self.root / ABORT_FILE).exists()
         checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
         floor = self.log_floor()
-        if floor is None and (self.root / RAFT_STATE_DIR / RAFT_BASE_FILE).exists():
+        if holds_unsealed_raft(self.root):
             raise StoreError(f"{self.root} holds raft (DLedger) entries that were never sealed: start it with "
                              "replication.mode = \"dledger\", or switch the group with `mqctl restart` after "
                              "`mqctl config set replication.mode ...`")

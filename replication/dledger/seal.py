@@ -29,15 +29,14 @@ import trio
 
 from core.config import StoreConfig
 from core.store.checkpoint import Checkpoint, write_checkpoint
-from core.store.message_store import CHECKPOINT_FILE, LOG_FLOOR_FILE, RAFT_BASE_FILE, RAFT_STATE_DIR
+from core.store.message_store import CHECKPOINT_FILE, LOG_FLOOR_FILE, RAFT_STATE_DIR, holds_unsealed_raft
 from replication.dledger.disk_log import (
     DiskRaftLog,
     load_commit_checkpoint,
-    read_properties,
     save_commit_checkpoint,
     write_properties,
 )
-from replication.dledger.store import DLedgerMessageStore
+from replication.dledger.store import DLedgerMessageStore, read_data_base
 
 COPY_RUN_ENTRIES = 512
 COPY_RUN_BYTES = 4 * 1024 * 1024
@@ -51,14 +50,10 @@ class SealError(Exception):
 class SealedMember:
     root: Path
     last_index_before: int
+    last_index: int  # the log's end now, the same on every member
     cut: int  # entries cut (never committed)
     copied: int  # entries copied from the most up-to-date member
     floor: int
-
-
-def holds_unsealed_raft(root: Path) -> bool:
-    """Whether the store under ``root`` holds raft entries not sealed yet."""
-    return (root / RAFT_STATE_DIR / RAFT_BASE_FILE).exists() and not (root / LOG_FLOOR_FILE).exists()
 
 
 def seal_group(roots: list[Path], config: StoreConfig) -> list[SealedMember]:
@@ -67,7 +62,7 @@ def seal_group(roots: list[Path], config: StoreConfig) -> list[SealedMember]:
     roots = [r for r in roots if holds_unsealed_raft(r)]
     if not roots:
         return []
-    bases = {r: int(read_properties(r / RAFT_STATE_DIR / RAFT_BASE_FILE).get("dataBeginOffset", "0")) for r in roots}
+    bases = {r: read_data_base(r) or 0 for r in roots}
     if len(set(bases.values())) > 1:
         raise SealError("the members' raft entries begin at different offsets ("
                         + ", ".join(f"{r.name}: {b}" for r, b in bases.items())
@@ -88,7 +83,7 @@ def seal_group(roots: list[Path], config: StoreConfig) -> list[SealedMember]:
     out = []
     for r in roots:
         before, cut, copied = aligned[r]
-        out.append(SealedMember(r, before, cut, copied, _seal_store(r, config)))
+        out.append(SealedMember(r, before, last, cut, copied, _seal_store(r, config)))
     if len({m.floor for m in out}) > 1:
         raise SealError("the sealed members' logs end at different offsets: "
                         + ", ".join(f"{m.root.name}: {m.floor}" for m in out))

@@ -59,7 +59,6 @@ from replication.dledger.messages import Code
 
 log = logging.getLogger(__name__)
 
-BASE_FILE = RAFT_BASE_FILE  # dledger/base: dataBeginOffset=<where the raft data begins>
 _ENTRY_HEAD = struct.Struct(">iiqq")  # magic, size, raft index, term
 Proposer = Callable[[list[bytes]], "list[int] | Code"]
 
@@ -105,10 +104,10 @@ class DLedgerMessageStore(MessageStore):
         A store that held a classic CommitLog is recovered and dispatched as one first; the
         raft data then begins at the next segment start. A store whose earlier raft era was
         sealed (it ran master-slave since) keeps that era's state aside as history."""
-        props = read_properties(self.state_dir / BASE_FILE)
+        recorded = read_data_base(self.root)
         floor = self.log_floor()
-        if "dataBeginOffset" in props and floor is None:
-            return int(props["dataBeginOffset"])
+        if recorded is not None and floor is None:
+            return recorded
         if floor is not None and self.state_dir.exists():
             self.state_dir.rename(self.state_dir.with_name(f"{RAFT_STATE_DIR}-sealed-{floor}"))
         seg = self.config.segment_size_bytes
@@ -121,7 +120,7 @@ class DLedgerMessageStore(MessageStore):
             write_checkpoint(self.root / CHECKPOINT_FILE, Checkpoint(
                 self._last_store_ts, self._last_dispatch_ts, self._last_dispatch_ts, base, base))
             log.info("store %s: classic CommitLog kept below %d; raft entries follow from there", self.root, base)
-        write_properties(self.state_dir / BASE_FILE, {"dataBeginOffset": str(base)})
+        write_properties(self.state_dir / RAFT_BASE_FILE, {"dataBeginOffset": str(base)})
         (self.root / LOG_FLOOR_FILE).unlink(missing_ok=True)  # the sealed era is classic history now
         return base
 
@@ -228,6 +227,12 @@ class DLedgerMessageStore(MessageStore):
     def _close_files(self) -> None:
         super()._close_files()
         self.raft_log.close()
+
+
+def read_data_base(root: Path) -> int | None:
+    """Where the raft data of the store under ``root`` begins (``dledger/base``), if fixed."""
+    props = read_properties(root / RAFT_STATE_DIR / RAFT_BASE_FILE)
+    return int(props["dataBeginOffset"]) if "dataBeginOffset" in props else None
 
 
 def _classic_segments(directory: Path) -> bool:

@@ -4,7 +4,6 @@ tests/mqctl/test_dledger.py)."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from core.plugin_manager import PluginHost
 from core.store.message_store import MessageStore, open_message_store
 from formats.dledger import HEADER_SIZE
 from formats.record import MessageRecord, prepare_record, write_record
+from mqctl.bench_clusters import free_port  # a free port whose next one is free too (raft port)
 from plugins import plugin_host
 from replication.dledger.raft_log import Entry
 from replication.dledger.seal import seal_group
@@ -34,23 +34,8 @@ def msg(i: int) -> MessageRecord:
                          properties={"KEYS": f"k-{i}", "TAGS": "A", "UNIQ_KEY": f"{i:032X}"})
 
 
-def port_pair() -> int:
-    """A free port whose next port is free too (broker port, raft port)."""
-    for _ in range(100):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port pair")
-
-
 def group_config(store: StoreConfig, members: int) -> Config:
-    brokers = tuple(BrokerNode("g", i, f"127.0.0.1:{port_pair()}") for i in range(members))
+    brokers = tuple(BrokerNode("g", i, f"127.0.0.1:{free_port()}") for i in range(members))
     return Config(store=store, replication=ReplicationConfig(mode="dledger"), brokers=brokers)
 
 
