@@ -13,6 +13,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from core.broker.replication import Replication
+    from core.client.fault import FaultSettings
+    from core.client.selection import QueueSelector
     from core.config import BrokerNode, Config, NameServerSettings
     from core.namesrv.route_table import RouteTable
     from core.plugin_manager import PluginHost
@@ -97,4 +99,16 @@ def mq_replication(mode: str, node: BrokerNode, config: Config, store: MessageSt
     ``ha_async`` and ``ha_sync`` plugins answer "async" and "sync" (master-slave by broker id),
     ``ha_dledger`` answers "dledger" (raft);
     ``None`` means "not my mode". A broker whose mode no plugin answers refuses to start.
+    """
+
+
+@hookspec(firstresult=True)
+def mq_queue_selector(settings: FaultSettings) -> QueueSelector | None:
+    """Make the queue selection of a producer (pick one: the first non-``None`` wins).
+
+    Called once per producer that ``mqctl`` (``send``, ``bench``) creates, with its latency
+    fault tolerance settings. The built-in ``selection`` plugin returns the round robin with
+    latency fault tolerance of :mod:`core.client.selection`. The selector is sans-IO: it is
+    told the clock with every call and must not block. ``None`` means "not mine"; a library
+    user who builds a ``Producer`` without a selector gets the same default.
     """

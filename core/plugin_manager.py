@@ -18,6 +18,8 @@ from core import hookspecs
 
 if TYPE_CHECKING:
     from core.broker.replication import Replication
+    from core.client.fault import FaultSettings
+    from core.client.selection import QueueSelector
     from core.config import BrokerNode, Config, NameServerSettings
     from core.namesrv.route_table import RouteTable
     from core.remoting.command import RemotingCommand
@@ -102,4 +104,8 @@ class PluginHost:
 
     def replication(self, mode: str, node: BrokerNode, config: Config, store: MessageStore) -> Replication | None:
         result: Replication | None = self._pm.hook.mq_replication(mode=mode, node=node, config=config, store=store)
+        return result
+
+    def queue_selector(self, settings: FaultSettings) -> QueueSelector | None:
+        result: QueueSelector | None = self._pm.hook.mq_queue_selector(settings=settings)
         return result

@@ -1,16 +1,13 @@
-"""Built-in plugins, registered in this order before any third-party plugin.
-
-The selection plugin joins this tuple as it lands.
-"""
+"""Built-in plugins, registered in this order before any third-party plugin."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
 from core.plugin_manager import PluginHost
-from plugins import ha_async, ha_dledger, ha_sync, routing
+from plugins import ha_async, ha_dledger, ha_sync, routing, selection
 
-BUILTIN_PLUGINS: tuple[ModuleType, ...] = (routing, ha_async, ha_sync, ha_dledger)
+BUILTIN_PLUGINS: tuple[ModuleType, ...] = (routing, selection, ha_async, ha_sync, ha_dledger)
 
 
 def plugin_host(*, load_entry_points: bool = True) -> PluginHost:

@@ -12,10 +12,13 @@ from typing import Any, NamedTuple
 
 import trio
 
+from core.client.fault import FaultRow, FaultSettings
 from core.client.route import MessageQueue, TopicRoute
 from core.client.runtime import ClientError, ClientRuntime
+from core.client.selection import QueueSelector, RoundRobinSelector
+from core.client.send_attempts import SEND_STATUS, SendAttempts, Verdict
 from core.errors import RemotingError
-from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
 from core.topic_names import AUTO_CREATE_TOPIC, topic_problem
 from formats.batch import BatchItem, encode_batch
@@ -31,10 +34,6 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4
 # sends in flight (docs/benchmarks.md): 128 a batch gives ~20% more than 32, as the cost of a
 # request (tasks, header, syscalls, reply) is shared by more messages.
 BATCH_MESSAGES_MAX = 128
-_STATUS: dict[int, str] = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
-           ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
-           ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
-
 
 @dataclass(slots=True)
 class Message:
@@ -55,7 +54,7 @@ class SendResult(NamedTuple):
     queue_offset: int
 
 
-QueueSelector = Callable[[list[MessageQueue], "Message", Any], MessageQueue]
+MessageQueueSelector = Callable[[list[MessageQueue], "Message", Any], MessageQueue]
 
 
 def select_by_hash(queues: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
@@ -165,8 +164,10 @@ class _Accumulator:
 
     async def _send_batch(self, batch: list[tuple[BatchItem, str, _Waiter | _Callback]]) -> None:
         try:
-            result = await self.producer._send(self.topic, encode_batch([b[0] for b in batch]), 0, 0,
-                                               {WAIT: "true"}, batch=True)
+            producer = self.producer
+            retries = producer.retries if any(isinstance(b[2], _Waiter) for b in batch) else producer.retries_async
+            result = await producer._send(self.topic, encode_batch([b[0] for b in batch]), 0, 0,
+                                          {WAIT: "true"}, batch=True, retries=retries)
             ids = result.offset_msg_id.split(",")
             for i, (_, uniq, waiter) in enumerate(batch):
                 waiter.done(SendResult(result.status, uniq, ids[i] if i < len(ids) else "", result.queue,
@@ -184,11 +185,22 @@ class _Accumulator:
 
 
 class Producer:
-    def __init__(self, runtime: ClientRuntime, group: str, *, retries: int = 2, timeout_s: float = 3.0,
+    """RocketMQ's DefaultMQProducer. ``retries`` and ``retries_async`` are its
+    retryTimesWhenSendFailed and retryTimesWhenSendAsyncFailed (extra attempts, each on another
+    broker when there is one, all within ``timeout_s``); ``retry_another_broker_when_not_store_ok``
+    retries answers stored but not flushed or replicated as asked; ``latency_fault`` is
+    sendLatencyFaultEnable. ``selector`` replaces the queue selection (the ``selection``
+    plugin's, see :func:`core.hookspecs.mq_queue_selector`)."""
+
+    def __init__(self, runtime: ClientRuntime, group: str, *, retries: int = 2, retries_async: int = 2,
+                 timeout_s: float = 3.0, retry_another_broker_when_not_store_ok: bool = False,
+                 latency_fault: bool = False, selector: QueueSelector | None = None,
                  compress_over_bytes: int = 4096, compression: CompressionType | None = CompressionType.ZSTD,
                  auto_batch: bool = False, batch_messages_max: int = BATCH_MESSAGES_MAX, batch_bytes_max: int = 512 * 1024,
                  batch_inflight_max: int = 8) -> None:
         self.runtime = runtime
+        self.selector: QueueSelector = selector or RoundRobinSelector(FaultSettings(enabled=latency_fault))
+        runtime.route_listeners.append(lambda _topic, _route: self.selector.brokers_in_routes(runtime.broker_names()))
         self.auto_batch = auto_batch
         self.batch_messages_max = batch_messages_max
         self.batch_bytes_max = batch_bytes_max
@@ -196,11 +208,12 @@ class Producer:
         self._accumulators: dict[str, _Accumulator] = {}
         self.group = group
         self.retries = retries
+        self.retries_async = retries_async
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         self.timeout_s = timeout_s
         self.compress_over_bytes = compress_over_bytes
         self.compression = compression
         self._ids = UniqKeyGenerator()
-        self._counters: dict[str, int] = {}
         runtime.producer_groups.add(group)
 
     # ------------------------------------------------------------------ API
@@ -214,7 +227,10 @@ class Producer:
         if self.auto_batch and not sysflag and msg.delay_level <= 0:
             props = self._properties(msg, in_batch=True)
             return await self._accumulator(msg.topic).send(BatchItem(body, props, msg.flag), props[UNIQ_KEY])
-        return await self._send(msg.topic, body, sysflag, msg.flag, self._properties(msg), batch=False)
+        return await self._send_alone(msg, body, sysflag, self.retries)
+
+    async def _send_alone(self, msg: Message, body: bytes, sysflag: int, retries: int) -> SendResult:
+        return await self._send(msg.topic, body, sysflag, msg.flag, self._properties(msg), batch=False, retries=retries)
 
     def send_async(self, msg: Message, on_done: Callable[[SendResult | Exception], None]) -> None:
         """Send in the background; ``on_done`` gets the result or the exception, on the event
@@ -229,14 +245,14 @@ class Producer:
 
         async def run() -> None:
             try:
-                result: SendResult | Exception = await self.send(msg)
+                result: SendResult | Exception = await self._send_alone(msg, body, sysflag, self.retries_async)
             except (ClientError, RemotingError) as exc:
                 result = exc
             on_done(result)
 
         self.runtime.nursery.start_soon(run)
 
-    async def send_orderly(self, msg: Message, selector: QueueSelector, arg: Any = None) -> SendResult:
+    async def send_orderly(self, msg: Message, selector: MessageQueueSelector, arg: Any = None) -> SendResult:
         """Send to the queue ``selector(queues, msg, arg)`` picks from the topic's writable
         queues (RocketMQ's MessageQueueSelector): messages that pick the same queue are stored,
         and consumed by an orderly consumer, in the order they were sent. Retries stay on that
@@ -262,7 +278,7 @@ class Producer:
         """Send without waiting for an answer."""
         body, sysflag = self._body(msg.body)
         route, default = await self._route(msg.topic)
-        queue = self._pick(msg.topic, route, None)
+        queue = self.selector.select(msg.topic, route.write_queues, None, trio.current_time())
         addr = route.master(queue.broker_name)
         if addr is None:
             raise SendError(f"broker {queue.broker_name} has no master")
@@ -328,17 +344,6 @@ class Producer:
                        if q.queue_id < DEFAULT_TOPIC_QUEUE_NUMS)
         return TopicRoute(topic, default.brokers, queues, queues), True
 
-    def _pick(self, topic: str, route: TopicRoute, avoid: str | None) -> MessageQueue:
-        queues = route.write_queues
-        n = self._counters.get(topic, 0)
-        for i in range(len(queues)):
-            queue = queues[(n + i) % len(queues)]
-            if queue.broker_name != avoid:
-                self._counters[topic] = n + i + 1
-                return queue
-        self._counters[topic] = n + 1
-        return queues[n % len(queues)]
-
     def _command(self, topic: str, queue: MessageQueue, body: bytes, sysflag: int, flag: int,
                  props: dict[str, str], default: bool, *, batch: bool) -> RemotingCommand:
         ext = {"a": self.group, "b": topic, "c": AUTO_CREATE_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
@@ -348,44 +353,55 @@ class Producer:
         return RemotingCommand(code=code, ext_fields=ext, body=body)
 
     async def _send(self, topic: str, body: bytes, sysflag: int, flag: int, props: dict[str, str], *,
-                    batch: bool, queue: MessageQueue | None = None) -> SendResult:
+                    batch: bool, queue: MessageQueue | None = None, retries: int | None = None) -> SendResult:
         """Send with retries within the timeout: on another broker's queue, or on ``queue``
-        alone when one is given."""
-        fixed = queue
-        deadline = trio.current_time() + self.timeout_s
-        failures: list[str] = []
-        avoid: str | None = None
-        for _attempt in range(1 + self.retries):
-            left = deadline - trio.current_time()
-            if left <= 0:
-                failures.append("send timeout spent")
-                break
-            route, default = await self._route(topic)
-            queue = fixed or self._pick(topic, route, avoid)
-            addr = route.master(queue.broker_name)
+        alone when one is given. Every attempt's latency goes to the selector."""
+        attempts = SendAttempts(topic, self.retries if retries is None else retries, self.timeout_s,
+                                trio.current_time(), retry_not_store_ok=self.retry_another_broker_when_not_store_ok)
+        kept: SendResult | None = None
+        while (left := attempts.next_attempt(trio.current_time())) is not None:
+            started = trio.current_time()
+            with trio.move_on_after(left) as scope:  # the route lookup spends from the timeout too
+                route, default = await self._route(topic)
+            if scope.cancelled_caught:
+                attempts.failed(topic, "no route within the send timeout")
+                continue
+            target = queue or self.selector.select(topic, route.write_queues, attempts.last_broker, started)
+            broker = target.broker_name
+            addr = route.master(broker)
             if addr is None:  # e.g. between a raft leader's death and its successor's registration
-                failures.append(f"{queue.broker_name}: no master")
-                avoid = queue.broker_name
+                attempts.failed(broker, "no master in the route")
                 self.runtime.forget_route(topic)
                 continue
-            cmd = self._command(topic, queue, body, sysflag, flag, props, default, batch=batch)
+            cmd = self._command(topic, target, body, sysflag, flag, props, default, batch=batch)
             try:
-                resp = await self.runtime.invoke(addr, cmd, left)
+                resp = await self.runtime.invoke(addr, cmd, max(0.001, attempts.deadline - trio.current_time()))
             except RemotingError as exc:
-                failures.append(f"{queue.broker_name} ({addr}): {exc}")
-                avoid = queue.broker_name
+                self._attempt_done(broker, started, failed=True)
+                attempts.failed(broker, f"{exc} ({addr})")
+                self.runtime.forget_route(topic)  # refreshed at once: the broker may have left
+                continue
+            result = SendResult(SEND_STATUS.get(resp.code, ""), props.get(UNIQ_KEY, ""), resp.ext_fields.get("msgId", ""),
+                                MessageQueue(topic, broker, int(resp.ext_fields.get("queueId", target.queue_id))),
+                                int(resp.ext_fields.get("queueOffset", -1)))
+            verdict = attempts.answered(broker, addr, resp.code, resp.remark)
+            self._attempt_done(broker, started, failed=attempts.broker_at_fault(resp.code))
+            if verdict is Verdict.DONE:
+                return result
+            if result.status:
+                kept = result
+            if attempts.route_stale(resp.code):
                 self.runtime.forget_route(topic)
-                continue
-            status = _STATUS.get(resp.code)
-            if status is None:
-                failures.append(f"{queue.broker_name} ({addr}): code {resp.code} {resp.remark}")
-                avoid = queue.broker_name
-                if resp.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.NO_PERMISSION):
-                    break  # the same message fails the same way everywhere
-                if resp.code == ResponseCode.SERVICE_NOT_AVAILABLE:
-                    self.runtime.forget_route(topic)  # a slave now, or a deposed raft leader: ask again
-                continue
-            return SendResult(status, props.get(UNIQ_KEY, ""), resp.ext_fields.get("msgId", ""),
-                              MessageQueue(topic, queue.broker_name, int(resp.ext_fields.get("queueId", queue.queue_id))),
-                              int(resp.ext_fields.get("queueOffset", -1)))
-        raise SendError(f"sending to {topic} failed: " + "; ".join(failures))
+            if verdict is Verdict.STOP:
+                break
+        if kept is not None:
+            return kept  # stored somewhere, only not as durably as asked: RocketMQ returns it too
+        raise SendError(attempts.error())
+
+    def _attempt_done(self, broker: str, started: float, *, failed: bool) -> None:
+        now = trio.current_time()
+        self.selector.attempt_done(broker, (now - started) * 1000, now, failed=failed)
+
+    def fault_rows(self) -> list[FaultRow]:
+        """The latency fault table as it stands (empty with fault tolerance off)."""
+        return self.selector.fault_rows(trio.current_time())

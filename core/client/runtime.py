@@ -48,6 +48,9 @@ class ClientRuntime:
         self.client_id = f"{_local_ip()}@{os.getpid()}#{instance}#{time.time_ns()}"
         self.remoting = RemotingClient(nursery, self)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        # called with a topic whose route changed (None: the topic is gone); producers prune
+        # their fault tables, consumers rebalance
+        self.route_listeners: list[Callable[[str, TopicRoute | None], None]] = []
         # queues a broker told us to pull from another node of its group (suggestWhichBrokerId)
         self.pull_from: dict[MessageQueue, int] = {}
         self.producer_groups: set[str] = set()
@@ -77,20 +80,44 @@ class ClientRuntime:
                 continue
             self._ns_index = (self._ns_index + i) % len(self.namesrv)
             if resp.code == ResponseCode.TOPIC_NOT_EXIST:
-                self._routes.pop(topic, None)
+                if self._routes.pop(topic, None) is not None:
+                    self._route_changed(topic, None)
                 return None
             if resp.code != ResponseCode.SUCCESS:
                 errors.append(f"{addr}: code {resp.code} {resp.remark}")
                 continue
             route = parse_route(topic, resp.body)
+            known = self._routes.get(topic)
             self._routes[topic] = (trio.current_time(), route)
+            if known is None or known[1] != route:
+                self._route_changed(topic, route)
             return route
         if cached is not None:
             return cached[1]  # name servers unreachable: keep using what we knew
         raise ClientError(f"no name server answered for topic {topic}: {'; '.join(errors)}")
 
     def forget_route(self, topic: str) -> None:
+        """Ask the name servers on the next use (after a broker failed us)."""
         self._routes.pop(topic, None)
+
+    def _route_changed(self, topic: str, route: TopicRoute | None) -> None:
+        for listener in self.route_listeners:
+            listener(topic, route)
+
+    async def route_refresh_loop(self) -> None:
+        """Every ROUTE_REFRESH_S, fetch every route in use again (RocketMQ's
+        updateTopicRouteInfoFromNameServer), so brokers that left stop being chosen."""
+        while True:
+            await trio.sleep(ROUTE_REFRESH_S)
+            for topic in list(self._routes):
+                try:
+                    await self.route(topic, refresh=True)
+                except ClientError as exc:
+                    log.debug("route refresh of %s failed: %s", topic, exc)
+
+    def broker_names(self) -> set[str]:
+        """The broker groups of every route in use."""
+        return {name for _, route in self._routes.values() for name in route.brokers}
 
     def broker_addresses(self) -> set[str]:
         return {addr for _, route in self._routes.values() for ids in route.brokers.values() for addr in ids.values()}
@@ -179,6 +206,7 @@ async def open_client(namesrv: list[str], *, instance: str = "DEFAULT") -> Async
     async with open_unwrapped_nursery() as nursery:
         runtime = ClientRuntime(nursery, namesrv, instance=instance)
         nursery.start_soon(runtime.heartbeat_loop)
+        nursery.start_soon(runtime.route_refresh_loop)
         try:
             yield runtime
         finally:
