@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 import trio
 
+from core.client.allocation import ALLOCATORS
 from core.client.offset_store import LocalOffsetStore, default_offsets_path
 from core.client.pull import (
     PullStatus,
@@ -59,18 +60,6 @@ REBALANCE_S = 10.0
 COMMIT_S = 5.0
 RETRY_LOCALLY_S = 1.0  # a message kept here (suspended, or not taken back) is offered again after this
 LOCK_RETRY_S = 1.0  # an orderly consumer asks again this soon for queues another member still holds
-
-
-def allocate_average(queues: list[MessageQueue], members: list[str], me: str) -> list[MessageQueue]:
-    """RocketMQ's AllocateMessageQueueAveragely: contiguous blocks, the first ones one bigger."""
-    if me not in members or not queues:
-        return []
-    index, n = members.index(me), len(members)
-    mod = len(queues) % n
-    size = len(queues) // n + (1 if index < mod else 0) if len(queues) > n else 1
-    start = index * size if mod > 0 and index < mod else index * size + mod
-    take = min(size, len(queues) - start)
-    return [queues[(start + i) % len(queues)] for i in range(max(0, take))]
 
 
 _FASTJSON_QUEUE_KEY = re.compile(rb"(\{[^{}]*\})\s*:\s*(-?\d+)")
@@ -131,14 +120,23 @@ class PushConsumer:
     ``~/.mqctl/offsets/<instance>/<group>/offsets.json``); a message not consumed is offered
     again after ``suspend_s`` up to ``max_reconsume_times`` times, then skipped with a warning
     (RocketMQ's broadcasting consumers drop it at once).
+
+    Clustering members share queues by ``allocation`` (``average`` or ``consistent-hash``, see
+    :mod:`core.client.allocation`), again every 10 s, when a broker says the group changed, and
+    when the route of a topic read changes. A queue whose master is gone is pulled from a slave
+    of its group, and its offsets are committed there.
     """
 
     def __init__(self, runtime: ClientRuntime, group: str, handler: Handler, *, from_beginning: bool = False,
                  use_committed: bool = True, max_reconsume_times: int = 16, give_back: bool = True,
                  orderly: bool = False, message_model: MessageModel = MessageModel.CLUSTERING,
-                 offsets_path: Path | None = None, suspend_s: float = RETRY_LOCALLY_S) -> None:
+                 offsets_path: Path | None = None, suspend_s: float = RETRY_LOCALLY_S,
+                 allocation: str = "average") -> None:
         if orderly and message_model is MessageModel.BROADCASTING:
             raise ClientError("an orderly consumer shares queues: it cannot be broadcasting")
+        if allocation not in ALLOCATORS:
+            raise ClientError(f"unknown allocation {allocation!r} (one of: {', '.join(ALLOCATORS)})")
+        self.allocate = ALLOCATORS[allocation]
         self.runtime = runtime
         self.group = group
         self.max_reconsume_times = max_reconsume_times
@@ -191,11 +189,16 @@ class PushConsumer:
     def rebalance_soon(self) -> None:
         self._rebalance.set()
 
+    def _route_changed(self, topic: str, _route: object) -> None:
+        if topic in self._topics():
+            self.rebalance_soon()
+
     async def start(self) -> None:
         """Join the group and start consuming (runs in the runtime's nursery)."""
         if not self.subscriptions:
             raise ClientError("subscribe to a topic first")
         self.runtime.consumers[self.group] = self
+        self.runtime.route_listeners.append(self._route_changed)
         self._started_ms = int(time.time() * 1000)
         for topic in self.subscriptions:
             await self.runtime.route(topic)
@@ -233,7 +236,7 @@ class PushConsumer:
                 wanted.update(queues)
                 continue
             members = await self._members(queues[0])
-            wanted.update(allocate_average(queues, members, self.runtime.client_id))
+            wanted.update(self.allocate(queues, members, self.runtime.client_id))
         for mq in list(self._loops):
             if mq not in wanted:
                 await self._drop(mq, unlock=True)
@@ -508,6 +511,8 @@ class PushConsumer:
 
     async def stop(self) -> None:
         """Stop pulling, commit every offset, leave the group."""
+        if self._route_changed in self.runtime.route_listeners:
+            self.runtime.route_listeners.remove(self._route_changed)
         if self._scope is not None:
             self._scope.cancel()
         for mq in list(self.offsets):

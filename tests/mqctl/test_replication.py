@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from core.client.pull import broker_address, pull
+from core.client.pull import broker_address, committed_offset, pull
 from core.client.route import MessageQueue
 from core.client.runtime import open_client
 from mqctl import probe
@@ -64,6 +64,14 @@ def test_slave_copies_10000_messages_and_serves_them_after_the_master_is_killed(
 
     rows = tail_json(master_slave, "Orders", "--group", "after-failover", "--from-beginning", "--count", "10000")
     assert sorted(int(r["properties"]["idx"]) for r in rows) == list(range(10000))
+
+    async def committed_on_the_slave() -> int:  # the consumer committed where it read: the slave
+        async with open_client([master_slave.namesrv]) as client:
+            route = await client.route("Orders")
+            assert route is not None and 0 not in route.brokers["broker-a"]  # the master left the route
+            return sum([await committed_offset(client, "after-failover", mq) or 0 for mq in route.read_queues])
+
+    assert trio.run(committed_on_the_slave) == 10000
     got = master_slave.cpp("consume", master_slave.namesrv, "cpp-after-failover", "Orders", "*", "10000", "120")
     assert {int(r["idx"]) for r in got if "idx" in r} == set(range(10000))
 
