@@ -168,10 +168,10 @@ class BrokerSettings:
                               "and transaction_check_max >= 1")
 
 
-def _check_listen(kind: str, name: str, listen: str) -> None:
+def _check_listen(kind: str, name: str, listen: str, key: str = "listen") -> None:
     host, sep, port = listen.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ConfigError(f"{kind} {name!r}: listen must be host:port (port 0 picks a free one), not {listen!r}")
+        raise ConfigError(f"{kind} {name!r}: {key} must be host:port (port 0 picks a free one), not {listen!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,15 +190,28 @@ class BrokerNode:
     name: str
     id: int = 0
     listen: str = "127.0.0.1:10911"
+    # the address clients are told through the name servers, when it is not ``listen``: a
+    # proxy or NAT in front of the broker (RocketMQ's brokerIP1). Nodes still reach each other
+    # on ``listen``, and records keep ``listen`` as their store host.
+    advertise: str = ""
 
     def __post_init__(self) -> None:
         _check_listen("broker", self.name, self.listen)
+        if self.advertise:
+            _check_listen("broker", self.name, self.advertise, "advertise")
+            if self.advertise.endswith(":0"):
+                raise ConfigError(f"broker {self.name!r}: advertise needs a real port, not {self.advertise!r}")
         if self.id < 0:
             raise ConfigError(f"broker {self.name!r}: id must be >= 0")
 
     @property
     def is_master(self) -> bool:
         return self.id == MASTER_ID
+
+    @property
+    def registered_address(self) -> str:
+        """The address the name servers hand to clients."""
+        return self.advertise or self.listen
 
     @property
     def node(self) -> str:

@@ -12,12 +12,13 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 import trio
 import trio.lowlevel
 import typer
 
+from core.client.fault import FaultRow
 from core.client.producer import BATCH_MESSAGES_MAX
 from core.config import StoreConfig
 from core.store.message_store import open_message_store
@@ -26,9 +27,10 @@ from formats.record import MessageRecord, encode_record
 from mqctl import bench_clusters
 from mqctl.bench_clusters import SETUPS
 from mqctl.bench_failover import bench_failover
+from mqctl.client_cmds import fault_table
 from mqctl.context import load
 from mqctl.errors import CliError
-from mqctl.options import JsonOutput
+from mqctl.options import JsonOutput, LatencyFault
 
 
 class SendApi(str, enum.Enum):
@@ -40,6 +42,7 @@ bench_app = typer.Typer(help="Benchmarks (results belong in docs/benchmarks.md).
 bench_app.command("failover")(bench_failover)
 
 ASYNC_TARGET_RATIO = 0.5
+SELECTION_TARGET_RATIO = 0.95  # latency fault tolerance may cost at most 5% when nothing fails
 SYNC_TARGET_RPS = 20_000
 YIELD_EVERY = 256
 
@@ -246,7 +249,8 @@ def run_workers(mode: str, base_args: dict[str, object], processes: int) -> dict
     extra = {}
     if mode == "produce":
         extra = {"batch_requests": sum(r["batch_requests"] for r in results),
-                 "batched": sum(r["batched"] for r in results)}
+                 "batched": sum(r["batched"] for r in results),
+                 "faults": [dict(row, worker=i) for i, r in enumerate(results) for row in r["faults"]]}
     return {**extra, "mode": mode, "processes": processes, "messages": count, "seconds": round(elapsed, 3),
             "msgs_per_s": round(count / elapsed) if elapsed else 0,
             "mb_per_s": round(size / elapsed / 1e6, 1) if elapsed else 0.0,
@@ -275,19 +279,75 @@ def bench_produce(
     batch_max: Annotated[int, typer.Option(help="Messages an auto-batched request holds at most.")] = BATCH_MESSAGES_MAX,
     api: Annotated[SendApi, typer.Option(help="async: send_async with a window of N; "
                                               "sync: N tasks each awaiting send.")] = SendApi.ASYNC,
+    latency_fault: LatencyFault = False,
     as_json: JsonOutput = False,
 ) -> None:
-    """Send 1 KiB messages to the running cluster with N in flight: msgs/s, MB/s, p50/p99."""
+    """Send 1 KiB messages to the running cluster with N in flight: msgs/s, MB/s, p50/p99
+    (and each client's latency fault table, with --latency-fault)."""
     config = load(ctx)
-    result = run_workers("produce", {"namesrv": config.namesrv_addresses, "topic": topic, "messages": messages,
-                                     "size": size, "inflight": inflight, "auto_batch": auto_batch,
-                                     "api": api.value, "batch_max": batch_max}, processes)
-    result.update(inflight=inflight, auto_batch=auto_batch, api=api.value)
+    result = _produce_run(config.namesrv_addresses, topic, messages, size, inflight, processes, auto_batch,
+                          batch_max, api, latency_fault)
     batching = ""
     requests, batched = int(result["batch_requests"]), int(result["batched"])  # type: ignore[call-overload]
     if auto_batch and requests:
         batching = f", auto-batched ({batched / requests:.1f} msgs a request)"
     _print_run(result, as_json, f", {inflight} in flight each, {api.value} sends{batching}")
+    if latency_fault and not as_json:
+        rows = cast(list[dict[str, Any]], result["faults"])
+        typer.echo(fault_table([FaultRow(**{k: v for k, v in row.items() if k != "worker"}) for row in rows]))
+
+
+def _produce_run(namesrv: list[str], topic: str, messages: int, size: int, inflight: int, processes: int,
+                 auto_batch: bool, batch_max: int, api: SendApi, latency_fault: bool) -> dict[str, object]:
+    result = run_workers("produce", {"namesrv": namesrv, "topic": topic, "messages": messages, "size": size,
+                                     "inflight": inflight, "auto_batch": auto_batch, "api": api.value,
+                                     "batch_max": batch_max, "latency_fault": latency_fault}, processes)
+    result.update(inflight=inflight, auto_batch=auto_batch, api=api.value, latency_fault=latency_fault)
+    return result
+
+
+@bench_app.command("selection")
+def bench_selection(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Option(help="Topic to send to (created through TBW102 if new).")] = "BenchTopic",
+    messages: Annotated[int, typer.Option(help="Messages per run.")] = 50_000,
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds; each runs with fault tolerance off and on "
+                                                     "(off first in odd rounds, on first in even ones).")] = 5,
+    inflight: Annotated[int, typer.Option(help="Sends in flight.")] = 256,
+    auto_batch: Annotated[bool, typer.Option("--auto-batch/--no-auto-batch",
+                                             help="Off (the default): every message is a request of its own, "
+                                                  "so every message is a selection and a fault-table update.")] = False,
+    as_json: JsonOutput = False,
+) -> None:
+    """What queue selection with latency fault tolerance costs when nothing fails: produce to
+    the running cluster with it off and on, alternating; the verdict is the median of the
+    rounds' on/off ratios (each pair ran back to back, so host drift between rounds cancels)."""
+    config = load(ctx)
+    runs: dict[bool, list[dict[str, object]]] = {False: [], True: []}
+    for r in range(rounds):
+        for fault_on in ((False, True) if r % 2 == 0 else (True, False)):  # who goes first alternates
+            run = _produce_run(config.namesrv_addresses, topic, messages, 1024, inflight, 1, auto_batch,
+                               BATCH_MESSAGES_MAX, SendApi.ASYNC, fault_on)
+            runs[fault_on].append(run)
+            if not as_json:
+                typer.echo(f"round {r + 1} latency fault {'on ' if fault_on else 'off'}: {run['msgs_per_s']:>7,} msgs/s, "
+                           f"p50 {run['p50_ms']} ms, p99 {run['p99_ms']} ms", err=True)
+    off, on = _median_run(runs[False]), _median_run(runs[True])
+    round_ratios = [_ratio(b, a) for a, b in zip(runs[False], runs[True], strict=True)]
+    ratio = sorted(round_ratios)[len(round_ratios) // 2]
+    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+              "date": time.strftime("%Y-%m-%d"), "rounds": rounds, "messages": messages, "inflight": inflight,
+              "auto_batch": auto_batch, "off_msgs_per_s": off["msgs_per_s"], "on_msgs_per_s": on["msgs_per_s"],
+              "round_ratios": round_ratios, "on_to_off": ratio, "target_met": ratio >= SELECTION_TARGET_RATIO}
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(f"median of {rounds} rounds ({result['machine']}), {inflight} in flight, "
+               f"{'auto-batched' if auto_batch else 'one request a message'}: off {off['msgs_per_s']:,} msgs/s, "
+               f"on {on['msgs_per_s']:,} msgs/s")
+    typer.echo("per-round on/off: " + ", ".join(str(x) for x in result["round_ratios"]))  # type: ignore[attr-defined]
+    typer.echo(f"on / off (median of the rounds): {ratio:.3f} (target >= {SELECTION_TARGET_RATIO}) "
+               f"{'OK' if result['target_met'] else 'BELOW TARGET'}")
 
 
 @bench_app.command("consume")

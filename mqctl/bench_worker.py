@@ -16,6 +16,7 @@ import trio
 from core.client.producer import Message, Producer
 from core.client.pull import PullStatus, max_offset, pull
 from core.client.runtime import open_client
+from mqctl.client_cmds import queue_selector
 
 SAMPLE_MAX = 20_000
 
@@ -40,7 +41,8 @@ async def produce(args: dict[str, Any]) -> dict[str, Any]:
     latencies: list[float] = []
     async with open_client(args["namesrv"], instance=f"bench-{args['worker']}") as client:
         producer = Producer(client, "mqctl-bench", compression=None, timeout_s=10, auto_batch=args["auto_batch"],
-                            batch_messages_max=args["batch_max"])
+                            batch_messages_max=args["batch_max"],
+                            selector=queue_selector(args.get("latency_fault", False)))
         await producer.send(Message(args["topic"], body))  # routes and connections warm
         sent_before = producer.batch_statistics()
         await wait_go()
@@ -51,8 +53,9 @@ async def produce(args: dict[str, Any]) -> dict[str, Any]:
             await _produce_sync(producer, args, body, latencies)
         elapsed = time.perf_counter() - start
         requests, batched = (now - before for now, before in zip(producer.batch_statistics(), sent_before))
+        faults = [row._asdict() for row in producer.fault_rows()]
     return {"count": len(latencies), "bytes": len(latencies) * args["size"], "elapsed": elapsed,
-            "latencies_ms": sample(latencies), "batch_requests": requests, "batched": batched}
+            "latencies_ms": sample(latencies), "batch_requests": requests, "batched": batched, "faults": faults}
 
 
 async def _produce_sync(producer: Producer, args: dict[str, Any], body: bytes, latencies: list[float]) -> None:

@@ -11,13 +11,16 @@ import trio
 import typer
 
 from core.client.consumer import PushConsumer
+from core.client.fault import FaultRow, FaultSettings
 from core.client.lookup import offset_msg_id
 from core.client.producer import Message, Producer, SendError
 from core.client.runtime import ClientError, open_client
+from core.client.selection import QueueSelector
 from formats.record import MessageRecord
 from mqctl.context import load, namesrv_addresses
 from mqctl.errors import CliError
-from mqctl.options import JsonOutput
+from mqctl.options import JsonOutput, LatencyFault
+from plugins import plugin_host
 
 
 def _parse_props(props: list[str]) -> dict[str, str]:
@@ -28,6 +31,18 @@ def _parse_props(props: list[str]) -> dict[str, str]:
             raise CliError(f"--prop takes key=value, not {item!r}")
         out[key] = value
     return out
+
+
+def queue_selector(latency_fault: bool) -> QueueSelector | None:
+    """The producers' queue selection, from the plugins (the built-in ``selection`` one)."""
+    return plugin_host().queue_selector(FaultSettings(enabled=latency_fault))
+
+
+def fault_table(rows: list[FaultRow]) -> str:
+    """The latency fault table as ``mqctl send --faults`` prints it."""
+    lines = [f"{'BROKER':<20} {'LATENCY_MS':>10} {'ISOLATED_S':>10} {'FAILURES':>8}"]
+    lines += [f"{r.broker:<20} {r.latency_ms:>10.1f} {r.isolated_for_s:>10.1f} {r.failures:>8}" for r in rows]
+    return "\n".join(lines)
 
 
 def send(
@@ -41,8 +56,15 @@ def send(
     delay: Annotated[int, typer.Option(help="Delay level (1 = the first of store.delay_levels); 0 sends now.",
                                        min=0)] = 0,
     group: Annotated[str, typer.Option(help="Producer group.")] = "mqctl-producer",
-    retries: Annotated[int, typer.Option(help="Extra attempts on another queue when a send fails.")] = 2,
+    retries: Annotated[int, typer.Option(help="Extra attempts, each on another broker when there is one, "
+                                              "when a send fails.", min=0)] = 2,
     timeout: Annotated[float, typer.Option(help="Seconds for each message, retries included.")] = 3.0,
+    latency_fault: LatencyFault = False,
+    retry_not_store_ok: Annotated[bool, typer.Option(
+        "--retry-not-store-ok/--no-retry-not-store-ok",
+        help="Retry on another broker when a message is stored but not flushed or replicated "
+             "as asked (FLUSH_*_TIMEOUT, SLAVE_NOT_AVAILABLE).")] = False,
+    faults: Annotated[bool, typer.Option("--faults", help="Print the latency fault table at the end.")] = False,
     as_json: JsonOutput = False,
 ) -> None:
     """Send messages and print status, msgId, queue and offset of each."""
@@ -53,7 +75,9 @@ def send(
     async def run() -> int:
         failed = 0
         async with open_client(namesrv_addresses(config)) as client:
-            producer = Producer(client, group, retries=retries, timeout_s=timeout)
+            producer = Producer(client, group, retries=retries, timeout_s=timeout,
+                                retry_another_broker_when_not_store_ok=retry_not_store_ok,
+                                selector=queue_selector(latency_fault))
             for text in bodies:
                 msg = Message(topic, text.encode(), tags=tag, keys=key or (), properties=dict(props), delay_level=delay)
                 try:
@@ -69,6 +93,9 @@ def send(
                 typer.echo(json.dumps(row) if as_json else
                            f"{result.status}  msgId={result.msg_id}  queue={result.queue.broker_name}/"
                            f"{result.queue.queue_id}  offset={result.queue_offset}")
+            if faults:
+                rows = producer.fault_rows()
+                typer.echo(json.dumps({"faults": [r._asdict() for r in rows]}) if as_json else fault_table(rows))
         return failed
 
     failed = trio.run(run)

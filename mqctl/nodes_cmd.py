@@ -48,7 +48,7 @@ def _wait_serving(config: Config, spec: NodeSpec, pid: int, deadline: float) -> 
 def _wait_registered(config: Config, brokers: list[NodeSpec], deadline: float) -> None:
     if not config.nameservers or not brokers:
         return
-    want = {b.listen for b in brokers}
+    want = {b.registered for b in brokers}
     while time.monotonic() < deadline:
         info = trio.run(probe.cluster_info, config.namesrv_addresses)
         if info is not None:

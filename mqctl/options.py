@@ -10,6 +10,9 @@ import typer
 from mqctl.errors import CliError
 
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line).")]
+LatencyFault = Annotated[bool, typer.Option("--latency-fault/--no-latency-fault",
+                                            help="Leave slow or failing brokers out for a while "
+                                                 "(RocketMQ's sendLatencyFaultEnable).")]
 
 
 def parse_time(text: str, option: str) -> int:

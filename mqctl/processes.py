@@ -27,12 +27,13 @@ class NodeSpec:
     name: str
     kind: str  # "nameserver" | "broker"
     listen: str
+    registered: str = ""  # a broker's address in the routes (``advertise`` or ``listen``)
 
 
 def nodes_of(config: Config, names: list[str] | None = None) -> list[NodeSpec]:
     """The config's nodes, name servers first (the order to start in)."""
     specs = [NodeSpec(ns.name, "nameserver", ns.listen) for ns in config.nameservers]
-    specs += [NodeSpec(b.node, "broker", b.listen) for b in config.brokers]
+    specs += [NodeSpec(b.node, "broker", b.listen, b.registered_address) for b in config.brokers]
     if names:
         unknown = sorted(set(names) - {s.name for s in specs})
         if unknown:

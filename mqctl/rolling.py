@@ -143,7 +143,7 @@ def wait_slaves_connected(config: Config, master: BrokerNode, deadline: float) -
 def wait_brokers_registered(config: Config, nameserver: NodeSpec, deadline: float) -> dict[str, Any]:
     """After a name server restart: every running broker registered with it again (brokers do
     every ``broker.register_interval_ms``). Returns ``note`` and ``brokers_registered``."""
-    want = {b.listen for b in config.brokers if running_pid(config, b.node) is not None}
+    want = {b.registered_address for b in config.brokers if running_pid(config, b.node) is not None}
     missing: set[str] = set(want)
 
     def check() -> dict[str, Any] | None:

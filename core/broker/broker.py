@@ -110,7 +110,7 @@ class Broker:
     def bind(self, port: int) -> None:
         """Set the address clients and records use (after the listener picked its port)."""
         host = split_address(self.node.listen)[0]
-        self.address = f"{host}:{port}"
+        self.address = self.node.advertise or f"{host}:{port}"
         self.store_host = (host if host not in ("0.0.0.0", "") else "127.0.0.1", port)
         self.ha_address = f"{host}:{port + 1}"
 

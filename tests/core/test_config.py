@@ -25,6 +25,8 @@ def test_the_shipped_conf_toml_loads():
     ({"store": {"disk_max_used_ratio": 2}}, "disk_max_used_ratio"),
     ({"store": {"flush_interval_ms": 0}}, "flush_interval_ms"),
     ({"store": {"segment_size_bytes": True}}, "must be a number"),
+    ({"brokers": [{"name": "b", "advertise": "nohost"}]}, "advertise must be host:port"),
+    ({"brokers": [{"name": "b", "advertise": "127.0.0.1:0"}]}, "advertise needs a real port"),
 ])
 def test_bad_config_is_a_clear_error(raw, message):
     with pytest.raises(ConfigError, match=message):

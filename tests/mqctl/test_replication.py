@@ -91,9 +91,13 @@ def test_sync_mode_answers_slave_not_available_without_its_slave_and_recovers(tm
         rows = [json.loads(line) for line in alone.stdout.splitlines()]
         assert [r["status"] for r in rows] == ["SLAVE_NOT_AVAILABLE"] * 3, alone.stdout + alone.stderr
         assert elapsed < 15  # answered at once (no slave), not after timeouts and retries
-        # stored all the same: readable from the master
-        stored = tail_json(cluster, "Demo", "--group", "check", "--from-beginning", "--count", "4")
-        assert sorted(r["body"] for r in stored) == ["with slave"] + ["without slave"] * 3
+        # asked to retry such answers: tried again (no other broker: the same one), and the
+        # last answer is the send's status, not an error
+        eager = cluster.mqctl("send", "Demo", "eager", "--retry-not-store-ok", "--retries", "1", "--json")
+        assert json.loads(eager.stdout)["status"] == "SLAVE_NOT_AVAILABLE", eager.stdout + eager.stderr
+        # stored all the same: readable from the master (the retried one twice)
+        stored = tail_json(cluster, "Demo", "--group", "check", "--from-beginning", "--count", "6")
+        assert sorted(r["body"] for r in stored) == ["eager"] * 2 + ["with slave"] + ["without slave"] * 3
 
         assert cluster.mqctl("start", "broker-a-1").returncode == 0
         deadline = time.monotonic() + DEADLINE_S

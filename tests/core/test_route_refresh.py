@@ -1,0 +1,61 @@
+"""The client runtime fetches every route in use again every 30 s, on trio's MockClock (an
+in-process name server and brokers on loopback; the clock jumps only when everything has been
+idle for 5 ms of real time, longer than a loopback answer takes; a jump goes to the next
+deadline, mostly the connections' 50 ms sweeps, so a reply 3 s of timeout away is never overtaken)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import trio
+import trio.testing
+
+from core.client.producer import Message, Producer
+from core.client.runtime import ROUTE_REFRESH_S, ClientRuntime
+from core.config import BrokerSettings
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+from tests.core.cluster_harness import SMALL_STORE, start_cluster
+
+
+@pytest.fixture
+def mock_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0.005)
+
+
+async def test_a_broker_that_left_is_dropped_from_routes_and_fault_table_by_the_periodic_refresh(
+        tmp_path, nursery, mock_clock):
+    # few timers of their own, so the clock gets to 30 s in few jumps
+    cluster = await start_cluster(nursery, tmp_path, broker=BrokerSettings(register_interval_ms=10_000),
+                                  store=dataclasses.replace(SMALL_STORE, flush_interval_ms=1000, checkpoint_interval_ms=5000))
+    brokers = [await cluster.start_broker("broker-a"), await cluster.start_broker("broker-b")]
+    runtime = ClientRuntime(nursery, cluster.namesrv)
+    for broker in brokers:
+        created = await runtime.invoke(broker.address, RemotingCommand(
+            code=RequestCode.UPDATE_AND_CREATE_TOPIC,
+            ext_fields={"topic": "Refresh", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}))
+        assert created.code == ResponseCode.SUCCESS
+    nursery.start_soon(runtime.route_refresh_loop)
+    producer = Producer(runtime, "PG", latency_fault=True)
+    changes: list[str] = []
+    runtime.route_listeners.append(lambda topic, route: changes.append(topic))
+    with trio.fail_after(60):
+        while {r.queue.broker_name for r in [await producer.send(Message("Refresh", b"x")) for _ in range(8)]} \
+                != {"broker-a", "broker-b"}:
+            runtime.forget_route("Refresh")
+            await trio.sleep(1)  # virtual: until both brokers registered the topic
+    assert {r.broker for r in producer.fault_rows()} == {"broker-a", "broker-b"}
+
+    await cluster.stop_broker("broker-b-0")  # its registration connection closes: the name server drops it
+    nursery.start_soon(runtime.route_refresh_loop)  # its first round falls 30 s from now
+    fetched_before = trio.current_time()
+    changes.clear()
+    await trio.sleep(ROUTE_REFRESH_S - 1)
+    assert not changes and {r.broker for r in producer.fault_rows()} == {"broker-a", "broker-b"}
+    await trio.sleep(2)  # past the 30 s mark: the loop asked the name servers again, unprompted
+    assert "Refresh" in changes
+    assert [r.broker for r in producer.fault_rows()] == ["broker-a"]
+    route = await runtime.route("Refresh")
+    assert route is not None and set(route.brokers) == {"broker-a"}
+    assert trio.current_time() - fetched_before < ROUTE_REFRESH_S + 5
