@@ -179,7 +179,7 @@ def bench_store(
         return asdict(m) | {"mb_per_s": round(m.mb_per_s, 1), "records_per_s": round(m.records_per_s)}
 
     result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": _machine(),
         "date": time.strftime("%Y-%m-%d"),
         "rounds": rounds,
         "median": [row(m) for m in (baseline, asynch, sync)],
@@ -335,7 +335,7 @@ def bench_selection(
     off, on = _median_run(runs[False]), _median_run(runs[True])
     round_ratios = [_ratio(b, a) for a, b in zip(runs[False], runs[True], strict=True)]
     ratio = sorted(round_ratios)[len(round_ratios) // 2]
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+    result = {"machine": _machine(),
               "date": time.strftime("%Y-%m-%d"), "rounds": rounds, "messages": messages, "inflight": inflight,
               "auto_batch": auto_batch, "off_msgs_per_s": off["msgs_per_s"], "on_msgs_per_s": on["msgs_per_s"],
               "round_ratios": round_ratios, "on_to_off": ratio, "target_met": ratio >= SELECTION_TARGET_RATIO}
@@ -399,6 +399,10 @@ def _replicated_run(directory: Path, setup: str, round_no: int, worker_args: dic
     return row
 
 
+def _machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
 def _median_run(runs: list[dict[str, object]]) -> dict[str, object]:
     return sorted(runs, key=lambda r: float(r["msgs_per_s"]))[len(runs) // 2]  # type: ignore[arg-type]
 
@@ -447,7 +451,7 @@ def bench_replication(
     async_ratio, sync_ratio = _ratio(medians["async"], medians["single"]), _ratio(medians["sync"], medians["async"])
     replicated = [run for run in runs if run["setup"] != "single"]
     result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": _machine(),
         "date": time.strftime("%Y-%m-%d"),
         "rounds": rounds, "messages": messages, "processes": processes, "inflight": inflight, "api": api.value,
         "runs": runs,

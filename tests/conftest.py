@@ -63,10 +63,10 @@ class Cluster:
 
 
 def write_cluster_config(path: Path, *, broker_ids: tuple[int, ...] = (0,), mode: str = "async",
-                         store: str = "", broker: str = "") -> tuple[str, list[str]]:
+                         store: str = "", broker: str = "", more_brokers: str = "") -> tuple[str, list[str]]:
     """A conf.toml with one name server and broker group ``broker-a`` of ``broker_ids`` on free
-    loopback ports (``store`` and ``broker``: more lines for those tables); returns the name
-    server's and the brokers' addresses."""
+    loopback ports (``store`` and ``broker``: more lines for those tables; ``more_brokers``:
+    more ``[[brokers]]`` tables); returns the name server's and broker-a's addresses."""
     ns_port = free_port()
     brokers = [f"127.0.0.1:{free_port()}" for _ in broker_ids]
     nodes = "".join(f'[[brokers]]\nname = "broker-a"\nid = {bid}\nlisten = "{addr}"\n'
@@ -87,7 +87,7 @@ register_interval_ms = 2000
 [[nameservers]]
 name = "ns1"
 listen = "127.0.0.1:{ns_port}"
-{nodes}""")
+{nodes}{more_brokers}""")
     return f"127.0.0.1:{ns_port}", brokers
 
 

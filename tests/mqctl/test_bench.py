@@ -31,13 +31,21 @@ def test_bench_produce_both_apis_then_consume_count_every_message(cluster):
         assert run["messages"] == 3000 and run["msgs_per_s"] > 0 and 0 < run["p50_ms"] <= run["p99_ms"]
         # auto-batched: fewer requests than messages, none larger than the batch limit
         assert 3000 / batch_max <= run["batch_requests"] < 3000 and run["batched"] == 3000
-    unbatched = cluster.mqctl("bench", "produce", "--messages", "200", "--no-auto-batch", "--json")
+    unbatched = cluster.mqctl("bench", "produce", "--messages", "200", "--no-auto-batch", "--latency-fault", "--json")
     assert unbatched.returncode == 0, unbatched.stderr
     assert json.loads(unbatched.stdout)["batch_requests"] == 0
+    # the client's fault table: the one broker, answering, not isolated
+    [row] = json.loads(unbatched.stdout)["faults"]
+    assert row["broker"] == "broker-a" and row["failures"] == 0 and row["latency_ms"] > 0
     consumed = cluster.mqctl("bench", "consume", "--json")
     assert consumed.returncode == 0, consumed.stderr
     # the warm-up send of each worker run is stored too: 5 produce runs' workers sent one each
     assert json.loads(consumed.stdout)["messages"] == 3000 * 2 + 200 + 5
+
+    selection = cluster.mqctl("bench", "selection", "--messages", "300", "--rounds", "1", "--json")
+    assert selection.returncode == 0, selection.stderr
+    result = json.loads(selection.stdout)
+    assert len(result["round_ratios"]) == 1 and result["on_to_off"] == result["round_ratios"][0] > 0
 
 
 def test_bench_replication_runs_every_setup_and_the_slaves_catch_up(tmp_path, subprocess_env):

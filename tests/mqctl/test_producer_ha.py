@@ -21,7 +21,7 @@ from core.client.selection import RoundRobinSelector
 from core.config import load_config
 from mqctl import processes
 from mqctl.bench_clusters import free_port
-from tests.conftest import Cluster
+from tests.conftest import Cluster, running_cluster
 
 TOPIC = "HaTopic"
 SLOW_MS = 300  # each way: a send takes ~600 ms, bucket 550, isolated 30 s by RocketMQ's table (3 s by TENTH)
@@ -45,43 +45,20 @@ class TwoGroups:
 @pytest.fixture
 def two_groups(tmp_path, subprocess_env) -> Iterator[TwoGroups]:
     """broker-a and broker-b (masters); clients reach broker-b through a fault proxy."""
-    ns, a, b, proxy_port = (free_port() for _ in range(4))
+    b, proxy_port = free_port(), free_port()
     proxy = subprocess.Popen([sys.executable, "-m", "mqctl.fault_proxy", f"127.0.0.1:{proxy_port}", f"127.0.0.1:{b}"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env)
     assert proxy.stdout is not None and proxy.stdout.readline().startswith("listening")
-    conf = tmp_path / "conf.toml"
-    conf.write_text(f"""
-[cluster]
-data_dir = "data"
-[store]
-segment_size_bytes = 8388608
-index_slots = 10007
-index_entries = 40000
-[broker]
-register_interval_ms = 2000
-[[nameservers]]
-name = "ns1"
-listen = "127.0.0.1:{ns}"
-[[brokers]]
-name = "broker-a"
-listen = "127.0.0.1:{a}"
-[[brokers]]
-name = "broker-b"
-listen = "127.0.0.1:{b}"
-advertise = "127.0.0.1:{proxy_port}"
-""")
-    cluster = Cluster(conf, f"127.0.0.1:{ns}", subprocess_env)
+    broker_b = f'[[brokers]]\nname = "broker-b"\nlisten = "127.0.0.1:{b}"\nadvertise = "127.0.0.1:{proxy_port}"\n'
     try:
-        started = cluster.mqctl("start")
-        assert started.returncode == 0, started.stderr
-        created = cluster.mqctl("topic", "create", TOPIC, "--queues", "4")
-        assert created.returncode == 0, created.stderr
-        yield TwoGroups(cluster, proxy)
+        with running_cluster(tmp_path, subprocess_env, more_brokers=broker_b) as cluster:
+            created = cluster.mqctl("topic", "create", TOPIC, "--queues", "4")
+            assert created.returncode == 0, created.stderr
+            yield TwoGroups(cluster, proxy)
     finally:
-        if cluster.mqctl("stop", timeout=60).returncode != 0:
-            cluster.mqctl("stop", "--force")
         proxy.kill()
         proxy.wait()
+
 
 
 async def sender(producer: Producer, log: list[tuple[float, float, SendResult]], until: trio.Event) -> None:
@@ -166,7 +143,7 @@ def test_a_slow_broker_is_left_out_while_isolated_and_comes_back(two_groups: Two
         names it; a send cancelled by its caller stops at once (nothing swallows the cancel)."""
         two_groups.proxy_says("delay 10000")
         producer = Producer(client, "ha-stalled", timeout_s=1.0, retries=5)
-        on_b = lambda queues, msg, arg: next(q for q in queues if q.broker_name == "broker-b")  # noqa: E731
+        on_b = lambda queues, msg, arg: next(q for q in queues if q.broker_name == "broker-b")
         started = time.monotonic()
         with pytest.raises(SendError) as failed:
             await producer.send_orderly(Message(TOPIC, b"stalled"), on_b)
