@@ -200,7 +200,7 @@ class Producer:
                  batch_inflight_max: int = 8) -> None:
         self.runtime = runtime
         self.selector: QueueSelector = selector or RoundRobinSelector(FaultSettings(enabled=latency_fault))
-        runtime.route_listeners.append(lambda _topic, _route: self.selector.brokers_in_routes(runtime.broker_names()))
+        self._route_changes_seen = runtime.route_changes  # no listener: nothing keeps a dropped producer alive
         self.auto_batch = auto_batch
         self.batch_messages_max = batch_messages_max
         self.batch_bytes_max = batch_bytes_max
@@ -364,8 +364,9 @@ class Producer:
             with trio.move_on_after(left) as scope:  # the route lookup spends from the timeout too
                 route, default = await self._route(topic)
             if scope.cancelled_caught:
-                attempts.failed(topic, "no route within the send timeout")
+                attempts.note("no route within the send timeout")
                 continue
+            self._forget_brokers_gone()
             target = queue or self.selector.select(topic, route.write_queues, attempts.last_broker, started)
             broker = target.broker_name
             addr = route.master(broker)
@@ -402,6 +403,13 @@ class Producer:
         now = trio.current_time()
         self.selector.attempt_done(broker, (now - started) * 1000, now, failed=failed)
 
+    def _forget_brokers_gone(self) -> None:
+        """After a route changed, brokers that left every route leave the fault table."""
+        if self._route_changes_seen != self.runtime.route_changes:
+            self._route_changes_seen = self.runtime.route_changes
+            self.selector.brokers_in_routes(self.runtime.broker_names())
+
     def fault_rows(self) -> list[FaultRow]:
         """The latency fault table as it stands (empty with fault tolerance off)."""
+        self._forget_brokers_gone()
         return self.selector.fault_rows(trio.current_time())

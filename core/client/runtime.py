@@ -48,9 +48,9 @@ class ClientRuntime:
         self.client_id = f"{_local_ip()}@{os.getpid()}#{instance}#{time.time_ns()}"
         self.remoting = RemotingClient(nursery, self)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
-        # called with a topic whose route changed (None: the topic is gone); producers prune
-        # their fault tables, consumers rebalance
+        # called with a topic whose route changed (None: the topic is gone): consumers rebalance
         self.route_listeners: list[Callable[[str, TopicRoute | None], None]] = []
+        self.route_changes = 0  # counts route changes: producers prune their fault tables when it moved
         # queues a broker told us to pull from another node of its group (suggestWhichBrokerId)
         self.pull_from: dict[MessageQueue, int] = {}
         self.producer_groups: set[str] = set()
@@ -101,6 +101,7 @@ class ClientRuntime:
         self._routes.pop(topic, None)
 
     def _route_changed(self, topic: str, route: TopicRoute | None) -> None:
+        self.route_changes += 1
         for listener in self.route_listeners:
             listener(topic, route)
 

@@ -54,6 +54,10 @@ class SendAttempts:
         self.attempts_left -= 1
         return left
 
+    def note(self, why: str) -> None:
+        """An attempt failed before it reached a broker."""
+        self.failures.append(why)
+
     def failed(self, broker: str, why: str) -> None:
         """The attempt on ``broker`` failed for a reason to retry elsewhere."""
         self.failures.append(f"{broker}: {why}")
