@@ -192,19 +192,26 @@ def scan_segment(
     check_crc: bool = True,
     with_body: bool = True,
     strict_start: bool = False,
+    stop_pos: int | None = None,
 ) -> Iterator[ScanItem]:
     """Scan one segment's bytes. ``base`` is its start offset (``None``: inferred from the
     first record). A ``start_pos`` that is not a record start is skipped silently to the next
-    record, unless ``strict_start``. Ends with a :class:`SegmentEnd`."""
+    record, unless ``strict_start``. With ``stop_pos`` only what starts before it is yielded,
+    so byte ranges ``[a, b)``, ``[b, c)`` of one segment give each record exactly once.
+    Ends with a :class:`SegmentEnd` (kind "stop" at ``stop_pos``)."""
     wrapped = dledger.looks_like_entry(buf, 0)
+    stop = len(buf) if stop_pos is None else min(stop_pos, len(buf))
     pos = start_pos
     if pos > 0 and not strict_start:
         probe = _valid_at(buf, pos, base, wrapped)
         if probe is None:
-            found = _next_valid(buf, pos + 1, base, wrapped)
-            pos = found if found is not None else len(buf)
+            found = _next_valid(buf, pos + 1, base, wrapped, stop)
+            pos = found if found is not None else stop
     limit = len(buf)
     while True:
+        if pos >= stop and stop < limit:
+            yield SegmentEnd(_abs(base, pos), "stop", name)
+            return
         if pos + 8 > limit:
             yield SegmentEnd(_abs(base, pos), "end", name)
             return
@@ -300,14 +307,17 @@ def _valid_at(buf: Buffer, pos: int, base: int | None, wrapped: bool) -> int | N
     return pos
 
 
-def _next_valid(buf: Buffer, start: int, base: int | None, wrapped: bool) -> int | None:
-    """The first position >= ``start`` where a valid record or end marker begins."""
+def _next_valid(buf: Buffer, start: int, base: int | None, wrapped: bool,
+                before: int | None = None) -> int | None:
+    """The first position >= ``start`` (and < ``before``) where a valid record or end marker
+    begins."""
     shift = dledger.HEADER_SIZE if wrapped else 0
     # needle -> its distance from the start of the candidate it would belong to
     needles = {MAGIC_V1_BYTES: 4 + shift, MAGIC_V2_BYTES: 4 + shift}
     if not wrapped:
         needles[BLANK_MAGIC_BYTES] = 4
-    hits = {n: buf.find(n, start + d) for n, d in needles.items()}
+    bound = {n: len(buf) if before is None else min(len(buf), before + d + 4) for n, d in needles.items()}
+    hits = {n: buf.find(n, start + d, bound[n]) for n, d in needles.items()}
     while True:
         live = [(h, n) for n, h in hits.items() if h >= 0]
         if not live:
@@ -316,7 +326,7 @@ def _next_valid(buf: Buffer, start: int, base: int | None, wrapped: bool) -> int
         candidate = hit - needles[needle]
         if _valid_at(buf, candidate, base, wrapped) is not None:
             return candidate
-        hits[needle] = buf.find(needle, hit + 1)
+        hits[needle] = buf.find(needle, hit + 1, bound[needle])
 
 
 def last_nonzero_end(buf: Buffer, start: int, limit: int) -> int:
