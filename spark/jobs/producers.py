@@ -1,0 +1,6 @@
+"""spark-submit spark/jobs/producers.py STORE... [--out DIR]"""
+
+from spark.jobs.submit import main
+
+if __name__ == "__main__":
+    main("producers")
