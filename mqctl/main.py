@@ -11,6 +11,7 @@ import typer
 
 from core.errors import CoreError
 from mqctl import client_cmds, nodes_cmd
+from mqctl.analyze_cmd import analyze
 from mqctl.bench import bench_app
 from mqctl.config_cmd import config_app
 from mqctl.consumer_cmd import consumer_app
@@ -39,6 +40,7 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(consumer_app, name="consumer")
 app.add_typer(message_app, name="message")
 app.command("dump")(dump)
+app.command("analyze")(analyze)
 app.add_typer(bench_app, name="bench")
 app.add_typer(config_app, name="config")
 app.add_typer(leader_app, name="leader")

@@ -1,0 +1,130 @@
+"""``mqctl analyze`` end to end: its refusals (no Spark started), and the stores a running
+cluster of our brokers wrote, found from the cluster's config and analyzed on a standalone Spark
+master with one worker on loopback: the same results as local mode and as plain Python, with
+files and charts written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pyspark
+import pytest
+
+from mqctl.analyze_output import table_stem
+from mqctl.bench_clusters import free_port
+from spark.analysis import StoreRef, build_reports
+from tests.conftest import running_cluster
+from tests.spark import plain_reports as plain
+
+
+def analyze(*args: str, env: dict[str, str], config: Path | None = None, timeout: float = 240):
+    cmd = [sys.executable, "-m", "mqctl", *(["--config", str(config)] if config else []), "analyze", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_refusals_are_clear_and_start_no_spark(analysis_stores, subprocess_env, tmp_path):
+    store = str(analysis_stores["broker"])
+    cases = [
+        (["-r", "topics,nonsense", store], "unknown report nonsense"),
+        (["--format", "xml", store], "--format must be one of"),
+        (["--format", "parquet", store], "give --out DIR"),
+        ([str(tmp_path / "nowhere")], "no such store"),
+    ]
+    for args, message in cases:
+        done = analyze(*args, env=subprocess_env)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+        assert "starting Spark" not in done.stderr
+    no_java = dict(subprocess_env, PATH=str(Path(sys.executable).parent), HOME=str(tmp_path))
+    no_java.pop("JAVA_HOME", None)
+    done = analyze(store, env=no_java)
+    assert done.returncode == 2 and "Spark needs Java 17" in done.stderr and "JAVA_HOME" in done.stderr
+
+
+@pytest.fixture
+def standalone_master(tmp_path, subprocess_env):
+    """A Spark standalone master and one worker on loopback, started with the pyspark wheel's scripts."""
+    home = Path(pyspark.__file__).parent
+    port, ui, worker_ui = free_port(), free_port(), free_port()
+    env = dict(subprocess_env, SPARK_HOME=str(home), SPARK_LOG_DIR=str(tmp_path / "logs"),
+               SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOCAL_IP="127.0.0.1")
+    logs = open(tmp_path / "standalone.log", "wb")
+    spark_class = str(home / "bin" / "spark-class")
+    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(ui)], env=env, stdout=logs, stderr=logs)
+    worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
+                               "--host", "127.0.0.1", "--cores", "2", "--memory", "2g", "--webui-port", str(worker_ui)],
+                              env=env, stdout=logs, stderr=logs)
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # the master's JSON status lists the worker once it registered
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as reply:
+                    if json.load(reply).get("aliveworkers", 0) >= 1:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "standalone.log").read_text()[-2000:]
+            assert master.poll() is None and worker.poll() is None, (tmp_path / "standalone.log").read_text()[-2000:]
+            time.sleep(0.3)
+        yield f"spark://127.0.0.1:{port}", env
+    finally:
+        for proc in (worker, master):
+            proc.terminate()
+        for proc in (worker, master):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        logs.close()
+
+
+def test_a_clusters_stores_on_a_standalone_master_match_local_mode_and_plain_python(
+        standalone_master, spark, tmp_path, subprocess_env):
+    url, spark_env = standalone_master
+    with running_cluster(tmp_path, subprocess_env, broker_ids=(0, 1)) as cluster:
+        for topic, count in (("Orders", 40), ("Audit", 25)):
+            sent = cluster.mqctl("send", topic, f"{topic} body", "--tag", "t1", "--key", "k1", "--count", str(count))
+            assert sent.returncode == 0, sent.stderr
+        tailed = cluster.mqctl("tail", "Orders", "--group", "reporting", "--from-beginning", "--count", "40")
+        assert tailed.returncode == 0, tailed.stderr
+        master, slave = (tmp_path / "data" / n for n in ("broker-a-0", "broker-a-1"))
+        deadline = time.monotonic() + 60  # the slave has every record before the cluster stops
+        while len(plain.records(slave / "commitlog")) < len(plain.records(master / "commitlog")):
+            assert time.monotonic() < deadline, "the slave did not catch up"
+            time.sleep(0.2)
+    out = tmp_path / "out"
+    done = analyze("--master", url, "--out", str(out), "--format", "parquet", "-r", "all",
+                   env=dict(cluster.env, **{k: v for k, v in spark_env.items() if k.startswith("SPARK_")}),
+                   config=cluster.config)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"on {url}" in done.stderr and "== Topic volume (2 rows)" in done.stdout
+    assert "WARN" not in done.stderr and "log4j" not in done.stderr.lower()  # Spark's noise went to its log
+    assert (out / "spark.log").stat().st_size > 0
+
+    # as plain Python computes them from the files
+    recs = plain.records(master / "commitlog")
+    topics = {r["topic"]: (r["messages"], r["bytes"], r["queues"]) for r in pq.read_table(out / "topics.parquet").to_pylist()}
+    assert topics == plain.topics(recs) and set(topics) >= {"Orders", "Audit"}
+    lag = pq.read_table(out / "lag-broker-a-0.parquet").to_pylist()
+    expected_lag = {(t, q): (hi, *groups["reporting"]) for (t, q), (_, _, hi, groups) in plain.queue_lag(master).items()
+                    if "reporting" in groups}
+    assert {(r["topic"], r["queue_id"]): (r["max_offset"], r["committed"], r["lag"]) for r in lag
+            if r["group"] == "reporting"} == expected_lag and expected_lag
+    assert pq.read_table(out / "divergence-broker-a-0-vs-broker-a-1.parquet").num_rows == 0  # the slave agrees
+    for chart in ("time.png", "sizes.png"):
+        assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # as local mode computes them
+    primary, replica = StoreRef("broker-a-0", master), StoreRef("broker-a-1", slave)
+    local = build_reports(spark, [primary], ["all"], pairs=[(primary, replica)])
+    assert len(local) == 12
+    for table in local:
+        stem = table_stem(table.name, table.title)
+        remote_rows = pq.read_table(out / f"{stem}.parquet").to_pylist()
+        assert remote_rows == [r.asDict(recursive=True) for r in table.frame.collect()], stem
