@@ -38,6 +38,7 @@ from formats.record import (
 SEGMENT_NAME_DIGITS = 20
 _SEGMENT_NAME = re.compile(r"^(\d{20})(\.zst)?$")
 _ZERO_CHUNK = 1 << 20
+_ZEROS = bytes(_ZERO_CHUNK)
 
 # Segment contents as read: whole files, maps and spools (all support .find).
 Buffer = bytes | bytearray | mmap.mmap
@@ -223,7 +224,11 @@ def scan_segment(
             yield SegmentEnd(_abs(base, pos), "blank", name)
             return
         if record_size(buf, pos) == 0:
-            found = _next_valid(buf, pos + 1, base, wrapped)
+            bounded = stop < limit  # what lies past ``stop`` is the next range's to find
+            found = _next_valid(buf, pos + 1, base, wrapped, stop if bounded else None)
+            if found is None and bounded:
+                yield SegmentEnd(_abs(base, pos), "stop", name)
+                return
             if found is None:
                 if not is_last and not wrapped:
                     yield Damage(_abs(base, pos), limit - pos,
@@ -334,8 +339,12 @@ def last_nonzero_end(buf: Buffer, start: int, limit: int) -> int:
     end = limit
     while end > start:
         lo = max(start, end - _ZERO_CHUNK)
-        chunk = bytes(buf[lo:end]).rstrip(b"\0")
-        if chunk:
-            return lo + len(chunk)
+        chunk = buf[lo:end]
+        if len(chunk) == _ZERO_CHUNK and chunk == _ZEROS:  # memcmp: unwritten space goes by fast
+            end = lo
+            continue
+        stripped = bytes(chunk).rstrip(b"\0")
+        if stripped:
+            return lo + len(stripped)
         end = lo
     return start

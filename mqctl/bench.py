@@ -26,6 +26,7 @@ from formats.msgid import UniqKeyGenerator
 from formats.record import MessageRecord, encode_record
 from mqctl import bench_clusters
 from mqctl.bench_clusters import SETUPS
+from mqctl.bench_analyze import bench_analyze
 from mqctl.bench_failover import bench_failover
 from mqctl.client_cmds import fault_table
 from mqctl.context import load
@@ -40,6 +41,7 @@ class SendApi(str, enum.Enum):
 
 bench_app = typer.Typer(help="Benchmarks (results belong in docs/benchmarks.md).", no_args_is_help=True)
 bench_app.command("failover")(bench_failover)
+bench_app.command("analyze")(bench_analyze)
 
 ASYNC_TARGET_RATIO = 0.5
 SELECTION_TARGET_RATIO = 0.95  # latency fault tolerance may cost at most 5% when nothing fails

@@ -10,22 +10,20 @@ import itertools
 import pyarrow as pa
 
 from formats.columns import Columns
-from spark.schema import arrow_schema, commitlog_fields
+from spark.schema import Fields, arrow_schema
 
 
-def commitlog_batch(store: str, cols: Columns, with_body: bool) -> pa.RecordBatch:
-    fields = commitlog_fields(with_body)
-    schema = arrow_schema(fields)
+def commitlog_batch(store: str, cols: Columns, fields: Fields) -> pa.RecordBatch:
+    """A batch of ``fields`` (all of the ``commitlog`` schema, or the subset a reader asked for)."""
     count = len(cols["topic"])
-    offsets = pa.array(list(itertools.accumulate(cols["prop_counts"], initial=0)), pa.int32())
-    properties = pa.MapArray.from_arrays(
-        offsets, pa.array(cols["prop_names"], pa.string()), pa.array(cols["prop_values"], pa.string()))
     arrays = []
     for name, kind, _ in fields:
         if name == "store":
             arrays.append(pa.array([store] * count, kind))
         elif name == "properties":
-            arrays.append(properties)
+            offsets = pa.array(list(itertools.accumulate(cols["prop_counts"], initial=0)), pa.int32())
+            arrays.append(pa.MapArray.from_arrays(
+                offsets, pa.array(cols["prop_names"], pa.string()), pa.array(cols["prop_values"], pa.string())))
         else:
             arrays.append(pa.array(cols[name], kind))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(fields))

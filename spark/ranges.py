@@ -9,10 +9,11 @@ of milliseconds, so ranges are large (hundreds of MiB by default).
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
-from formats.segments import default_archive_dirs, find_segments
+from formats.segments import default_archive_dirs, find_segments, last_nonzero_end
 
 DEFAULT_RANGE_BYTES = 256 << 20
 
@@ -34,14 +35,26 @@ def commitlog_ranges(store: str, log_dir: Path, range_bytes: int = DEFAULT_RANGE
     for i, source in enumerate(sources):
         is_last = i == len(sources) - 1
         size = source.path.stat().st_size
-        if source.archived or source.start is None or size <= range_bytes:
+        if is_last and not source.archived:  # a live segment is mostly unwritten: no task for its zeros
+            size = written_end(source.path, size)
+        if source.archived or source.start is None:  # read whole, from the start
             out.append(ByteRange(store, str(source.path), source.start, 0, None, is_last))
+            continue
+        if size == 0:  # nothing written yet
             continue
         count = -(-size // range_bytes)
         step = -(-size // count)  # equal ranges rather than a short last one
         out.extend(ByteRange(store, str(source.path), source.start, lo, min(lo + step, size), is_last)
                    for lo in range(0, size, step))
     return out
+
+
+def written_end(path: Path, size: int) -> int:
+    """One past the last non-zero byte of a segment file: every record in it starts before."""
+    if size == 0:
+        return 0
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) as view:
+        return last_nonzero_end(view, 0, size)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-COMMITLOG_FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
+Fields = tuple[tuple[str, pa.DataType, str], ...]  # (name, Arrow type, Spark SQL type)
+
+COMMITLOG_FIELDS: Fields = (
     ("store", pa.string(), "STRING"),  # which store the row came from (the path or label given)
     ("topic", pa.string(), "STRING"),
     ("queue_id", pa.int32(), "INT"),
@@ -32,7 +34,7 @@ COMMITLOG_FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
 )
 BODY_FIELD = ("body", pa.binary(), "BINARY")
 
-CONSUMEQUEUE_FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
+CONSUMEQUEUE_FIELDS: Fields = (
     ("store", pa.string(), "STRING"),
     ("topic", pa.string(), "STRING"),
     ("queue_id", pa.int32(), "INT"),
@@ -43,13 +45,23 @@ CONSUMEQUEUE_FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
 )
 
 
-def commitlog_fields(with_body: bool) -> tuple[tuple[str, pa.DataType, str], ...]:
+def commitlog_fields(with_body: bool) -> Fields:
     return COMMITLOG_FIELDS + ((BODY_FIELD,) if with_body else ())
 
 
-def ddl(fields: tuple[tuple[str, pa.DataType, str], ...]) -> str:
+def chosen_fields(names: list[str]) -> Fields:
+    """The fields a reader was asked for by a user schema (``.schema("topic STRING, size INT")``),
+    in its order: only those are built and shipped to the JVM."""
+    known = {f[0]: f for f in (*COMMITLOG_FIELDS, BODY_FIELD)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"commitlog has no column {', '.join(unknown)}; it has {', '.join(known)}")
+    return tuple(known[n] for n in names)
+
+
+def ddl(fields: Fields) -> str:
     return ", ".join(f"{name} {sql}" for name, _, sql in fields)
 
 
-def arrow_schema(fields: tuple[tuple[str, pa.DataType, str], ...]) -> pa.Schema:
+def arrow_schema(fields: Fields) -> pa.Schema:
     return pa.schema([pa.field(name, kind) for name, kind, _ in fields])

@@ -3,7 +3,9 @@
 ``spark.read.format("commitlog").load(path)`` gives one row per record of a store (a node
 directory, its ``commitlog/`` directory, or one segment file, live or ``.zst``); option
 ``body=true`` adds the stored body, ``range_mb`` sets the split size, ``store`` the label rows
-carry (default: the path). ``spark.read.format("consumequeue").load(path)`` gives one row per
+carry (default: the path). A schema naming a subset of the columns
+(``.schema("topic STRING, size INT")``) builds and ships only those; every record is still
+decoded and checked. ``spark.read.format("consumequeue").load(path)`` gives one row per
 ConsumeQueue entry of a node directory or its ``consumequeue/``. Workers decode with
 :mod:`formats` only and yield Arrow record batches.
 """
@@ -17,13 +19,14 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
 
 from formats.columns import scan_columns
 from formats.consume_queue import CQ_ENTRY_SIZE, iter_cq_entries
 from formats.segments import Damage, SegmentSource, open_segment, parse_segment_name
 from spark.arrow_batches import commitlog_batch
 from spark.ranges import DEFAULT_RANGE_BYTES, ByteRange, QueueFiles, commitlog_ranges, consume_queue_groups
-from spark.schema import CONSUMEQUEUE_FIELDS, arrow_schema, commitlog_fields, ddl
+from spark.schema import CONSUMEQUEUE_FIELDS, arrow_schema, chosen_fields, commitlog_fields, ddl
 
 log = logging.getLogger(__name__)
 BATCH_ROWS = 16384
@@ -60,17 +63,18 @@ class CommitLogSource(DataSource):
     def schema(self) -> str:
         return ddl(commitlog_fields(_flag(self.options, "body")))
 
-    def reader(self, schema: object) -> DataSourceReader:
-        return CommitLogReader(dict(self.options))
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return CommitLogReader(dict(self.options), schema.fieldNames())
 
 
 class CommitLogReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], columns: list[str] | None = None) -> None:
         if "path" not in options:
             raise ValueError("commitlog: give the store to read: .load(path)")
         self.path = Path(options["path"])
         self.store = options.get("store", options["path"])
-        self.with_body = _flag(options, "body")
+        self.fields = chosen_fields(columns) if columns else commitlog_fields(_flag(options, "body"))
+        self.with_body = any(f[0] == "body" for f in self.fields)
         self.range_bytes = int(float(options.get("range_mb", DEFAULT_RANGE_BYTES >> 20)) * (1 << 20))
 
     def partitions(self) -> list[InputPartition]:
@@ -87,7 +91,7 @@ class CommitLogReader(DataSourceReader):
                     log.warning("%s: %d damaged bytes at offset %d: %s", item.segment, item.length, item.offset,
                                 item.reason)
                     continue
-                yield commitlog_batch(r.store, item, self.with_body)
+                yield commitlog_batch(r.store, item, self.fields)
 
 
 class ConsumeQueueSource(DataSource):

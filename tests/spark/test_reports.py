@@ -112,3 +112,14 @@ def test_divergence_of_two_raft_replicas(spark, analysis_stores):
                                                   for r in plain.records(a / "commitlog")) > 50
     [same] = build_reports(spark, [StoreRef("a", a), StoreRef("a2", a)], ["divergence"])
     assert same.frame.count() == 0
+
+
+def test_a_schema_naming_some_columns_reads_only_those(spark, analysis_stores):
+    node = analysis_stores["broker"]
+    frame = spark.read.format("commitlog").schema("size INT, topic STRING").load(str(node))
+    assert frame.columns == ["size", "topic"]
+    got = {r["topic"]: r["bytes"] for r in frame.groupBy("topic").agg({"size": "sum"})
+           .withColumnRenamed("sum(size)", "bytes").collect()}
+    assert got == {t: b for t, (_, b, _) in plain.topics(plain.records(node / "commitlog")).items()}
+    with pytest.raises(Exception, match="no column nonsense"):
+        spark.read.format("commitlog").schema("nonsense INT").load(str(node)).count()
