@@ -62,17 +62,14 @@ def scan_columns(
     if base is None:  # a file whose name does not say where it starts: the careful scanner throughout
         yield from _careful_scan(buf, name, start_pos, stop, is_last, with_body, batch_rows)
         return
-    cols = new_columns(with_body)
-    filler = _Filler(cols, with_body)
+    filler = _Filler(with_body)
     pos = start_pos
     first = True
     while True:
         if not first:
             pos = filler.fast_run(buf, pos, stop, base, batch_rows)
-            if len(cols["topic"]) >= batch_rows:
-                yield cols
-                cols = new_columns(with_body)
-                filler = _Filler(cols, with_body)
+            if filler.rows >= batch_rows:
+                yield filler.take()
                 continue
         # one step of the careful scanner: resync at a range start, or whatever the fast path declined
         item = next(scan_segment(buf, base, name, start_pos=pos, stop_pos=stop, is_last=is_last,
@@ -81,50 +78,52 @@ def scan_columns(
         if isinstance(item, SegmentEnd):
             break
         if isinstance(item, Damage):
-            if cols["topic"]:
-                yield cols
-                cols = new_columns(with_body)
-                filler = _Filler(cols, with_body)
+            if filler.rows:
+                yield filler.take()
             yield item
             pos = item.offset + item.length - base
             continue
         filler.add(item)
         rec_pos = item.offset - base
         pos = rec_pos + item.record.total_size if item.entry is None else rec_pos - dledger.HEADER_SIZE + item.entry.size
-        if len(cols["topic"]) >= batch_rows:
-            yield cols
-            cols = new_columns(with_body)
-            filler = _Filler(cols, with_body)
-    if cols["topic"]:
-        yield cols
+        if filler.rows >= batch_rows:
+            yield filler.take()
+    if filler.rows:
+        yield filler.take()
 
 
 def _careful_scan(buf: Buffer, name: Path, start_pos: int, stop: int, is_last: bool, with_body: bool,
                   batch_rows: int) -> Iterator[Columns | Damage]:
-    cols = new_columns(with_body)
-    filler = _Filler(cols, with_body)
+    filler = _Filler(with_body)
     for item in scan_segment(buf, None, name, start_pos=start_pos, stop_pos=stop, is_last=is_last,
                              check_crc=False, with_body=True):
         if isinstance(item, RecordAt):
             filler.add(item)
         elif isinstance(item, Damage):
             yield item
-        if len(cols["topic"]) >= batch_rows:
-            yield cols
-            cols = new_columns(with_body)
-            filler = _Filler(cols, with_body)
-    if cols["topic"]:
-        yield cols
+        if filler.rows >= batch_rows:
+            yield filler.take()
+    if filler.rows:
+        yield filler.take()
 
 
 class _Filler:
     """Appends records to column lists."""
 
-    def __init__(self, cols: Columns, with_body: bool) -> None:
-        self.cols = cols
+    def __init__(self, with_body: bool) -> None:
+        self.cols = new_columns(with_body)
         self.with_body = with_body
         self.hosts: dict[tuple[bytes, int], str] = {}
         self.topics: dict[bytes, str] = {}
+
+    @property
+    def rows(self) -> int:
+        return len(self.cols["topic"])
+
+    def take(self) -> Columns:
+        """The filled columns; filling goes on into new ones."""
+        cols, self.cols = self.cols, new_columns(self.with_body)
+        return cols
 
     def add(self, item: RecordAt) -> None:
         """A record the careful scanner decoded."""

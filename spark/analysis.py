@@ -17,7 +17,8 @@ from spark import reports
 from spark.sources import consumequeue_dir
 
 ALL = "all"
-REPORT_NAMES = (*(r.name for r in reports.RECORD_REPORTS), "lag", "divergence")
+RECORD_REPORT_NAMES = tuple(r.name for r in reports.RECORD_REPORTS)
+REPORT_NAMES = (*RECORD_REPORT_NAMES, "lag", "divergence")
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ def build_reports(spark: SparkSession, stores: list[StoreRef], names: list[str],
     if unknown:
         raise ValueError(f"unknown report {', '.join(unknown)}; choose from {', '.join(REPORT_NAMES)} or all")
     out: list[ReportTable] = []
-    records = load_records(spark, stores).cache() if any(n in wanted for n in REPORT_NAMES[:-2]) else None
+    # decoded once, kept in memory for every record report
+    records = load_records(spark, stores).cache() if any(n in wanted for n in RECORD_REPORT_NAMES) else None
     for report in reports.RECORD_REPORTS:
         if report.name in wanted and records is not None:
             frame = (reports.time_histogram(records, bucket_ms) if report.name == "time" else report.run(records))

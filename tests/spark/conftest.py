@@ -27,6 +27,7 @@ CUT_FROM = 65536 + 48
 def spark():
     from spark.session import start_session
 
-    session = start_session("local[2]", "mqctl tests")
+    # small tables: two shuffle partitions instead of eight save a task wave per report
+    session = start_session("local[2]", "mqctl tests", {"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
