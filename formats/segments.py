@@ -123,6 +123,11 @@ def find_segments(path: Path, archive_dirs: tuple[Path, ...] = ()) -> list[Segme
     return [by_start[k] for k in sorted(by_start)]
 
 
+def log_dir_of(path: Path) -> Path:
+    """The CommitLog a path names: a node directory means its ``commitlog/``."""
+    return path / "commitlog" if path.is_dir() and (path / "commitlog").is_dir() else path
+
+
 def default_archive_dirs(log_dir: Path) -> tuple[Path, ...]:
     """Where a node's archived segments live: ``<data_dir>/archive/<node>/`` for a log at
     ``<data_dir>/<node>/commitlog``."""

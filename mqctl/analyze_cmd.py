@@ -54,7 +54,7 @@ def analyze(
     if unknown:
         raise CliError(f"unknown report {', '.join(unknown)}; choose from {', '.join(REPORT_NAMES)} or all")
     if stores:
-        refs = [StoreRef(_label(p), p) for p in stores]
+        refs = [StoreRef.of(p) for p in stores]
         pairs = None
     else:
         refs, pairs = _config_stores(context.load(ctx))
@@ -75,7 +75,7 @@ def analyze(
                 progress.stage(table.title)
                 frame_rows = [row.asDict(recursive=True) for row in table.frame.collect()]
                 progress.clear()
-                _emit(table.name, table.title, frame_rows, table.frame.columns, fmt, rows, out)
+                _emit(table, frame_rows, fmt, rows, out)
                 if out is not None:
                     write_charts(table.name, frame_rows, out)
         except Exception as exc:
@@ -85,10 +85,6 @@ def analyze(
             raise
     typer.echo(f"analyzed {len(refs)} store(s) in {time.monotonic() - started:.1f}s on {master}"
                + (f"; files in {out}" if out else ""), err=True)
-
-
-def _label(path: Path) -> str:
-    return path.name if path.name not in ("commitlog", "") else path.parent.name
 
 
 def _config_stores(config: Config) -> tuple[list[Any], list[tuple[Any, Any]]]:
@@ -140,20 +136,20 @@ def _stderr_to(fd: int) -> Iterator[None]:
         os.close(saved)
 
 
-def _emit(name: str, title: str, frame_rows: list[dict[str, Any]], columns: list[str], fmt: str, limit: int,
-          out: Path | None) -> None:
+def _emit(table: Any, frame_rows: list[dict[str, Any]], fmt: str, limit: int, out: Path | None) -> None:
     if fmt == "json":
         for row in frame_rows:
-            typer.echo(json.dumps({"report": name, "title": title, **row}, default=str))
+            typer.echo(json.dumps({"report": table.name, "title": table.title, **row}, default=str))
     else:
-        typer.echo(f"\n== {title} ({len(frame_rows)} rows)")
-        if not frame_rows:
+        typer.echo(f"\n== {table.title} ({len(frame_rows)} rows)")
+        if frame_rows:
+            print_rows([_cells(r) for r in frame_rows[:limit]], table.frame.columns, as_json=False)
+        else:
             typer.echo("(none)")
-        print_rows([_cells(r) for r in frame_rows[:limit]], columns, as_json=False) if frame_rows else None
         if len(frame_rows) > limit:
             typer.echo(f"... {len(frame_rows) - limit} more (--rows, or --out for every row)")
     if out is not None:
-        write_table(name, title, frame_rows, columns, out, "json" if fmt == "table" else fmt)
+        write_table(table.stem, frame_rows, table.frame.columns, out, "json" if fmt == "table" else fmt)
 
 
 def _cells(row: dict[str, Any]) -> dict[str, Any]:

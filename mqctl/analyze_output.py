@@ -4,19 +4,12 @@ charts of the store-time histogram and the body-size distribution."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 
-def table_stem(name: str, title: str) -> str:
-    """``divergence-broker-a-0-vs-broker-a-1`` for reports that come once per store or pair."""
-    _, sep, subject = title.partition(": ")
-    return name + ("-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", subject).strip("-") if sep else "")
-
-
-def write_table(name: str, title: str, rows: list[dict[str, Any]], columns: list[str], out: Path, fmt: str) -> Path:
-    stem = table_stem(name, title)
+def write_table(stem: str, rows: list[dict[str, Any]], columns: list[str], out: Path, fmt: str) -> Path:
+    """``rows`` of a report table as ``out/<stem>.<fmt>``."""
     if fmt == "json":
         path = out / f"{stem}.json"
         path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))

@@ -25,8 +25,8 @@ from core.store.message_store import open_message_store
 from formats.msgid import UniqKeyGenerator
 from formats.record import MessageRecord, encode_record
 from mqctl import bench_clusters
-from mqctl.bench_clusters import SETUPS
 from mqctl.bench_analyze import bench_analyze
+from mqctl.bench_clusters import SETUPS
 from mqctl.bench_failover import bench_failover
 from mqctl.client_cmds import fault_table
 from mqctl.context import load

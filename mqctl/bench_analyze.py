@@ -36,7 +36,7 @@ def bench_analyze(
 ) -> None:
     """Spark full-record scan vs a single-process formats scan of the same store (targets:
     >= 600 MB/s and >= 1.5x)."""
-    from mqctl.bench import _machine  # noqa: PLC0415 - bench imports this module
+    from mqctl.bench import _machine  # bench imports this module
 
     store = _ensure_store(directory, int(size_gib * (1 << 30)), segment_mib << 20)
     log_dir = directory / "commitlog"
@@ -113,9 +113,9 @@ def _formats_scan(log_dir: Path) -> dict[str, float]:
 
 
 def _spark_scans(directory: Path, master: str, range_mb: float, rounds: int) -> list[dict[str, float]]:
-    from pyspark.sql import functions as F  # noqa: PLC0415, N812
+    from pyspark.sql import functions as F
 
-    from spark.session import start_session  # noqa: PLC0415
+    from spark.session import start_session
 
     cores = master[6:-1] if master.startswith("local[") else str(os.cpu_count())
     spark = start_session(master, "mqctl bench analyze", {"spark.default.parallelism": cores})

@@ -19,6 +19,7 @@ from formats.segments import (
     RecordAt,
     default_archive_dirs,
     find_segments,
+    log_dir_of,
     open_segment,
     parse_segment_name,
     scan_log,
@@ -36,11 +37,9 @@ def classify(path: Path) -> tuple[SourceKind, Path]:
     """What ``path`` holds. A node directory means its ``commitlog/``."""
     if not path.exists():
         raise CliError(f"{path}: no such file or directory")
-    if path.is_dir() and (path / "commitlog").is_dir():
-        return SourceKind.COMMITLOG, path / "commitlog"
     if path.is_file() and "consumequeue" in path.parts and parse_segment_name(path.name) is not None:
         return SourceKind.CONSUME_QUEUE, path
-    return SourceKind.COMMITLOG, path
+    return SourceKind.COMMITLOG, log_dir_of(path)
 
 
 def record_row(item: RecordAt, *, with_body: bool) -> dict[str, Any]:

@@ -7,6 +7,7 @@ A store is a node directory (``<data_dir>/<node>``: ``commitlog/``, ``consumeque
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
@@ -26,12 +27,24 @@ class StoreRef:
     label: str
     path: Path
 
+    @classmethod
+    def of(cls, path: Path) -> StoreRef:
+        """Labelled by its node directory's name (``data/broker-a-0/commitlog``: broker-a-0)."""
+        return cls(path.parent.name if path.name in ("commitlog", "") else path.name, path)
+
 
 @dataclass(frozen=True)
 class ReportTable:
     name: str
     title: str
     frame: DataFrame
+
+    @property
+    def stem(self) -> str:
+        """A file name for it: ``divergence-broker-a-0-vs-broker-a-1`` for the reports that come
+        once per store or pair (their titles say which after ": ")."""
+        _, sep, subject = self.title.partition(": ")
+        return self.name + ("-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", subject).strip("-") if sep else "")
 
 
 def load_records(spark: SparkSession, stores: list[StoreRef], *, with_body: bool = False,

@@ -3,6 +3,8 @@ Arrow schema their record batches are built with (the two must agree field by fi
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 
 Fields = tuple[tuple[str, pa.DataType, str], ...]  # (name, Arrow type, Spark SQL type)
@@ -63,5 +65,6 @@ def ddl(fields: Fields) -> str:
     return ", ".join(f"{name} {sql}" for name, _, sql in fields)
 
 
+@functools.lru_cache(maxsize=16)
 def arrow_schema(fields: Fields) -> pa.Schema:
     return pa.schema([pa.field(name, kind) for name, kind, _ in fields])

@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from formats.columns import scan_columns
 from formats.consume_queue import CQ_ENTRY_SIZE, iter_cq_entries
-from formats.segments import Damage, SegmentSource, open_segment, parse_segment_name
+from formats.segments import Damage, SegmentSource, log_dir_of, open_segment, parse_segment_name
 from spark.arrow_batches import commitlog_batch
 from spark.ranges import DEFAULT_RANGE_BYTES, ByteRange, QueueFiles, commitlog_ranges, consume_queue_groups
 from spark.schema import CONSUMEQUEUE_FIELDS, arrow_schema, chosen_fields, commitlog_fields, ddl
@@ -34,11 +34,6 @@ BATCH_ROWS = 16384
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
     return str(options.get(name, "false")).lower() in ("1", "true", "yes")
-
-
-def commitlog_dir(path: Path) -> Path:
-    """A node directory means its ``commitlog/``."""
-    return path / "commitlog" if (path / "commitlog").is_dir() else path
 
 
 def consumequeue_dir(path: Path) -> Path:
@@ -78,7 +73,7 @@ class CommitLogReader(DataSourceReader):
         self.range_bytes = int(float(options.get("range_mb", DEFAULT_RANGE_BYTES >> 20)) * (1 << 20))
 
     def partitions(self) -> list[InputPartition]:
-        ranges = commitlog_ranges(self.store, commitlog_dir(self.path), self.range_bytes)
+        ranges = commitlog_ranges(self.store, log_dir_of(self.path), self.range_bytes)
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

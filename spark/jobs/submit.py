@@ -23,11 +23,10 @@ def main(report: str) -> None:
     spark = SparkSession.builder.appName(f"mqctl {report}").getOrCreate()
     for source in SOURCES:
         spark.dataSource.register(source)
-    stores = [StoreRef(p.name if p.name != "commitlog" else p.parent.name, p) for p in args.stores]
+    stores = [StoreRef.of(p) for p in args.stores]
     for table in build_reports(spark, stores, [report]):
         if args.out:
-            stem = table.title.partition(": ")[2].replace(" ", "-") or report
-            table.frame.coalesce(1).write.mode("overwrite").parquet(f"{args.out}/{report}/{stem}")
+            table.frame.coalesce(1).write.mode("overwrite").parquet(f"{args.out}/{table.stem}")
         else:
             print(f"== {table.title}")
             table.frame.show(args.rows, truncate=False)

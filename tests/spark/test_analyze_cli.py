@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from mqctl.analyze_output import table_stem
 from mqctl.bench_clusters import free_port
 from spark.analysis import StoreRef, build_reports
 from tests.conftest import write_cluster_config
@@ -121,6 +120,5 @@ def test_a_configs_stores_on_a_standalone_master_match_local_mode_and_plain_pyth
     local = build_reports(spark, [primary], reports, pairs=[(primary, replica)])
     assert len(local) == len(reports)
     for table in local:
-        stem = table_stem(table.name, table.title)
-        remote_rows = pq.read_table(out / f"{stem}.parquet").to_pylist()
-        assert remote_rows == [r.asDict(recursive=True) for r in table.frame.collect()], stem
+        remote_rows = pq.read_table(out / f"{table.stem}.parquet").to_pylist()
+        assert remote_rows == [r.asDict(recursive=True) for r in table.frame.collect()], table.stem
