@@ -39,6 +39,7 @@ SEGMENT_NAME_DIGITS = 20
 _SEGMENT_NAME = re.compile(r"^(\d{20})(\.zst)?$")
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
+_RESYNC_WINDOW, _RESYNC_WINDOW_MAX = 1 << 16, 1 << 24
 
 # Segment contents as read: whole files, maps and spools (all support .find).
 Buffer = bytes | bytearray | mmap.mmap
@@ -326,17 +327,24 @@ def _next_valid(buf: Buffer, start: int, base: int | None, wrapped: bool,
     needles = {MAGIC_V1_BYTES: 4 + shift, MAGIC_V2_BYTES: 4 + shift}
     if not wrapped:
         needles[BLANK_MAGIC_BYTES] = 4
-    bound = {n: len(buf) if before is None else min(len(buf), before + d + 4) for n, d in needles.items()}
-    hits = {n: buf.find(n, start + d, bound[n]) for n, d in needles.items()}
-    while True:
-        live = [(h, n) for n, h in hits.items() if h >= 0]
-        if not live:
-            return None
-        hit, needle = min(live)
-        candidate = hit - needles[needle]
-        if _valid_at(buf, candidate, base, wrapped) is not None:
-            return candidate
-        hits[needle] = buf.find(needle, hit + 1, bound[needle])
+    limit = len(buf) if before is None else min(len(buf), before)
+    # Window by growing window: a record found near ``start`` must not cost a search, through the
+    # rest of the range, for a magic the log never uses.
+    lo, window = start, _RESYNC_WINDOW
+    while lo < limit:
+        hi = min(limit, lo + window)
+        candidates = []
+        for needle, distance in needles.items():
+            end = min(len(buf), hi + distance + len(needle) - 1)  # needles of candidates before hi
+            hit = buf.find(needle, lo + distance, end)
+            while hit >= 0:
+                candidates.append(hit - distance)
+                hit = buf.find(needle, hit + 1, end)
+        for candidate in sorted(candidates):
+            if _valid_at(buf, candidate, base, wrapped) is not None:
+                return candidate
+        lo, window = hi, min(window * 2, _RESYNC_WINDOW_MAX)
+    return None
 
 
 def last_nonzero_end(buf: Buffer, start: int, limit: int) -> int:
