@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from formats import dledger
 from formats import sysflag as sf
@@ -34,6 +35,9 @@ RECORD_COLUMNS = (
 )
 PROPERTY_COLUMNS = ("prop_names", "prop_values", "prop_counts")
 Columns = dict[str, list]  # type: ignore[type-arg]
+# Another decoder of runs of well-formed records: (buf, pos, stop, base) -> (its batch of the run
+# at pos, or None when it declines that record; where the run ended).
+RunDecoder = Callable[[Buffer, int, int, int], tuple[Any, int]]
 
 _V4_HEAD = struct.Struct(">iiiiiqqiq4siq4siiqi")  # the 88-byte head of a record with IPv4 hosts
 _ENTRY_HEAD = struct.Struct(">iiqq20xi")  # DLedger: magic, entry size, raft index, term, body length
@@ -56,8 +60,11 @@ def scan_columns(
     is_last: bool = True,
     with_body: bool = False,
     batch_rows: int = 16384,
-) -> Iterator[Columns | Damage]:
-    """Column batches of at most ``batch_rows`` records, and the damage met, in log order."""
+    runs: RunDecoder | None = None,
+) -> Iterator[Columns | Damage | Any]:
+    """Column batches of at most ``batch_rows`` records, and the damage met, in log order. With
+    ``runs``, runs of well-formed records come as that decoder's batches instead, and column
+    batches hold what it declined."""
     stop = len(buf) if stop_pos is None else min(stop_pos, len(buf))
     if base is None:  # a file whose name does not say where it starts: the careful scanner throughout
         yield from _careful_scan(buf, name, start_pos, stop, is_last, with_body, batch_rows)
@@ -66,7 +73,14 @@ def scan_columns(
     pos = start_pos
     first = True
     while True:
-        if not first:
+        if not first and runs is not None:
+            run, pos = runs(buf, pos, stop, base)
+            if run is not None:
+                if filler.rows:
+                    yield filler.take()
+                yield run
+                continue
+        elif not first:
             pos = filler.fast_run(buf, pos, stop, base, batch_rows)
             if filler.rows >= batch_rows:
                 yield filler.take()

@@ -6,10 +6,13 @@ converting a Python dict per row is slower than decoding the record."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from formats.columns import Columns
+from formats.record_vectors import decode_run
+from formats.segments import Buffer
 from spark.schema import Fields, arrow_schema
 
 
@@ -27,3 +30,22 @@ def commitlog_batch(store: str, cols: Columns, fields: Fields) -> pa.RecordBatch
         else:
             arrays.append(pa.array(cols[name], kind))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(fields))
+
+
+@dataclass(frozen=True, slots=True)
+class RunBatches:
+    """The run decoder :func:`formats.columns.scan_columns` takes: runs of well-formed records
+    decoded as vectors (:mod:`formats.record_vectors`) into batches of ``fields``."""
+
+    store: str
+    fields: Fields
+    batch_rows: int = 16384
+
+    def __call__(self, buf: Buffer, pos: int, stop: int, base: int) -> tuple[pa.RecordBatch | None, int]:
+        with_body = any(name == "body" for name, _, _ in self.fields)
+        run, end = decode_run(buf, pos, stop, base, with_body=with_body, max_rows=self.batch_rows)
+        if run is None:
+            return None, end
+        arrays = [pa.array([self.store] * run.rows, kind) if name == "store" else run.column(name, kind)
+                  for name, kind, _ in self.fields]
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(self.fields)), end

@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from formats.columns import scan_columns
 from formats.consume_queue import CQ_ENTRY_SIZE, iter_cq_entries
 from formats.segments import Damage, SegmentSource, log_dir_of, open_segment, parse_segment_name
-from spark.arrow_batches import commitlog_batch
+from spark.arrow_batches import RunBatches, commitlog_batch
 from spark.ranges import DEFAULT_RANGE_BYTES, ByteRange, QueueFiles, commitlog_ranges, consume_queue_groups
 from spark.schema import CONSUMEQUEUE_FIELDS, arrow_schema, chosen_fields, commitlog_fields, ddl
 
@@ -81,12 +81,15 @@ class CommitLogReader(DataSourceReader):
         r = partition.byte_range
         with open_segment(SegmentSource(r.base, Path(r.path))) as buf:
             for item in scan_columns(buf, r.base, Path(r.path), start_pos=r.start, stop_pos=r.stop,
-                                     is_last=r.is_last, with_body=self.with_body, batch_rows=BATCH_ROWS):
+                                     is_last=r.is_last, with_body=self.with_body, batch_rows=BATCH_ROWS,
+                                     runs=RunBatches(r.store, self.fields, BATCH_ROWS)):
                 if isinstance(item, Damage):
                     log.warning("%s: %d damaged bytes at offset %d: %s", item.segment, item.length, item.offset,
                                 item.reason)
-                    continue
-                yield commitlog_batch(r.store, item, self.fields)
+                elif isinstance(item, pa.RecordBatch):
+                    yield item
+                else:
+                    yield commitlog_batch(r.store, item, self.fields)
 
 
 class ConsumeQueueSource(DataSource):
