@@ -66,7 +66,7 @@ def analyze(
     log_path = (out or Path.home() / ".mqctl" / "logs") / "spark.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with _spark(master, log_path) as spark, ProgressLine(spark.sparkContext) as progress:
+    with quiet_session(master, log_path) as spark, ProgressLine(spark.sparkContext) as progress:
         from spark.analysis import build_reports
 
         try:
@@ -103,14 +103,15 @@ def _config_stores(config: Config) -> tuple[list[Any], list[tuple[Any, Any]]]:
 
 
 @contextlib.contextmanager
-def _spark(master: str, log_path: Path) -> Iterator[Any]:
+def quiet_session(master: str, log_path: Path, app_name: str = "mqctl analyze",
+                  conf: dict[str, str] | None = None) -> Iterator[Any]:
     """A session whose JVM (and the Python workers it starts) write to ``log_path``."""
     from spark.session import JavaMissing, start_session
 
     typer.echo(f"starting Spark ({master}); its log: {log_path}", err=True)
     with open(log_path, "ab") as log, _stderr_to(log.fileno()):
         try:
-            spark = start_session(master)
+            spark = start_session(master, app_name, conf)
         except JavaMissing as exc:
             raise CliError(str(exc)) from None
         except Exception as exc:

@@ -21,7 +21,11 @@ def write_table(stem: str, rows: list[dict[str, Any]], columns: list[str], out: 
         from pyarrow import csv
 
         path = out / f"{stem}.csv"
-        csv.write_csv(table.select([c for c in columns if _flat(table.schema.field(c).type)]), path)
+        nested = [c for c in columns if not _flat(table.schema.field(c).type)]
+        for c in nested:  # CSV has no lists or maps: those cells are written as JSON text
+            cells = [None if r.get(c) is None else json.dumps(r[c], default=str) for r in rows]
+            table = table.set_column(table.schema.get_field_index(c), c, pa.array(cells, pa.string()))
+        csv.write_csv(table.select(columns), path)
         return path
     from pyarrow import parquet
 

@@ -115,11 +115,11 @@ def _formats_scan(log_dir: Path) -> dict[str, float]:
 def _spark_scans(directory: Path, master: str, range_mb: float, rounds: int) -> list[dict[str, float]]:
     from pyspark.sql import functions as F
 
-    from spark.session import start_session
+    from mqctl.analyze_cmd import quiet_session
 
     cores = master[6:-1] if master.startswith("local[") else str(os.cpu_count())
-    spark = start_session(master, "mqctl bench analyze", {"spark.default.parallelism": cores})
-    try:
+    conf = {"spark.default.parallelism": cores}
+    with quiet_session(master, directory / "spark.log", "mqctl bench analyze", conf) as spark:
         frame = spark.read.format("commitlog").option("range_mb", str(range_mb)).load(str(directory))
         query = frame.agg(F.count("*"), F.sum("size"), F.sum((~F.col("body_crc_ok")).cast("int")),
                           F.min("store_ts"), F.max("store_ts"))
@@ -132,5 +132,3 @@ def _spark_scans(directory: Path, master: str, range_mb: float, rounds: int) -> 
                 runs.append({"records": records, "bytes": size, "bad_crc": bad, "seconds": seconds,
                              "mb_per_s": size / seconds / 1e6})
         return runs
-    finally:
-        spark.stop()
