@@ -17,6 +17,7 @@ import pyspark
 import pytest
 
 from mqctl.bench_clusters import free_port
+from spark import jobs
 from spark.analysis import StoreRef, build_reports
 from tests.conftest import write_cluster_config
 from tests.spark import plain_reports as plain
@@ -122,3 +123,21 @@ def test_a_configs_stores_on_a_standalone_master_match_local_mode_and_plain_pyth
     for table in local:
         remote_rows = pq.read_table(out / f"{table.stem}.parquet").to_pylist()
         assert remote_rows == [r.asDict(recursive=True) for r in table.frame.collect()], table.stem
+
+
+def test_a_report_job_under_spark_submit_matches_the_report(spark, analysis_stores, tmp_path, subprocess_env):
+    """``spark-submit spark/jobs/divergence.py A B --out O``, as the README shows it."""
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    job = Path(jobs.__file__).parent / "divergence.py"
+    first, second = analysis_stores["raft"], analysis_stores["raft-diverged"]
+    env = dict(subprocess_env, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           "--conf", "spark.sql.shuffle.partitions=2", str(job), str(first), str(second),
+                           "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = pq.read_table(tmp_path / "out" / "divergence-raft-vs-raft-diverged").to_pylist()
+    a, b = StoreRef.of(first), StoreRef.of(second)
+    (table,) = build_reports(spark, [a], ["divergence"], pairs=[(a, b)])
+    expected = [r.asDict(recursive=True) for r in table.frame.collect()]
+    assert got == expected and {r["status"] for r in got} >= {"differs", "only_first"}
