@@ -18,6 +18,12 @@ def analysis_stores(tmp_path_factory) -> dict[str, Path]:
     return {"broker": root / "broker", "raft": root / "raft", "raft-diverged": root / "raft-diverged"}
 
 
+@pytest.fixture(scope="session")
+def logs(analysis_stores) -> dict[str, Path]:
+    """The ``broker`` and ``raft`` stores' CommitLog directories."""
+    return {kind: analysis_stores[kind] / "commitlog" for kind in ("broker", "raft")}
+
+
 # record starts in the raft store's later segments (checked by the divergence test)
 DIVERGED_AT = 32768 + 48
 CUT_FROM = 65536 + 48

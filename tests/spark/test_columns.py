@@ -12,7 +12,6 @@ import pytest
 from formats.columns import scan_columns
 from formats.segments import Damage, RecordAt, SegmentSource, find_segments, open_segment, scan_segment
 from tests.spark.plain_reports import host
-from tests.spark.stores import broker_store, encoder_store
 
 
 def careful_rows(buf, base, path) -> list[tuple]:
@@ -41,14 +40,6 @@ def column_rows(buf, base, path, cuts: list[int]) -> tuple[list[tuple], list[Dam
                             item["born_host"], item["store_host"], item["tags"], item["keys"], item["uniq_key"],
                             props, item["raft_index"]))
     return rows, damage
-
-
-@pytest.fixture(scope="module")
-def logs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("columns")
-    broker_store(root / "broker")
-    encoder_store(root / "raft")
-    return {"broker": root / "broker" / "commitlog", "raft": root / "raft" / "commitlog"}
 
 
 @pytest.mark.parametrize("kind", ["broker", "raft"])

@@ -17,7 +17,6 @@ from formats.segments import Damage, SegmentSource, find_segments, open_segment,
 from spark.arrow_batches import RunBatches, commitlog_batch
 from spark.schema import commitlog_fields
 from tests.independent_encoder import record_bytes
-from tests.spark.stores import broker_store, encoder_store
 
 FIELDS = commitlog_fields(with_body=True)
 BASE = 3 << 20
@@ -48,14 +47,6 @@ def assert_same(buf, base: int, path: Path, cuts: list[int]) -> tuple[int, int]:
     assert damage == expected_damage
     assert got == expected
     return len(got), from_runs
-
-
-@pytest.fixture(scope="module")
-def logs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("vectors")
-    broker_store(root / "broker")
-    encoder_store(root / "raft")
-    return {"broker": root / "broker" / "commitlog", "raft": root / "raft" / "commitlog"}
 
 
 @pytest.mark.parametrize("kind", ["broker", "raft"])
