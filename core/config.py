@@ -220,6 +220,26 @@ class BrokerNode:
 
 
 @dataclass(frozen=True, slots=True)
+class AclConfig:
+    """RocketMQ-compatible access control (off by default). ``file`` is a RocketMQ
+    ``plain_acl.yml`` (relative paths: from the config file; re-read within a second of a change).
+    ``access_key``/``secret_key`` are
+    the account mqctl and the nodes themselves sign with (an admin account of the file)."""
+
+    enabled: bool = False
+    file: str = "plain_acl.yml"
+    access_key: str = ""
+    secret_key: str = ""
+
+    def __repr__(self) -> str:  # keep the secret out of logs
+        return f"AclConfig(enabled={self.enabled}, file={self.file!r}, access_key={self.access_key!r})"
+
+    def __post_init__(self) -> None:
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ConfigError("[acl] access_key and secret_key go together")
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """A whole ``conf.toml``."""
 
@@ -228,6 +248,7 @@ class Config:
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     namesrv: NameServerSettings = field(default_factory=NameServerSettings)
     broker: BrokerSettings = field(default_factory=BrokerSettings)
+    acl: AclConfig = field(default_factory=AclConfig)
     nameservers: tuple[NameServerNode, ...] = ()
     brokers: tuple[BrokerNode, ...] = ()
     source: Path | None = None
@@ -246,11 +267,19 @@ class Config:
         return next((b for b in self.brokers if b.node == node), None)
 
     @property
+    def acl_file(self) -> Path:
+        return self._from_source(self.acl.file)
+
+    @property
     def data_dir(self) -> Path:
-        base = Path(self.cluster.data_dir)
-        if not base.is_absolute() and self.source is not None:
-            base = self.source.parent / base
-        return base
+        return self._from_source(self.cluster.data_dir)
+
+    def _from_source(self, name: str) -> Path:
+        """A path the file names: relative ones are relative to the file."""
+        path = Path(name)
+        if not path.is_absolute() and self.source is not None:
+            path = self.source.parent / path
+        return path
 
 
 def _section(cls: type, raw: Any, name: str) -> Any:
@@ -274,7 +303,7 @@ def _section(cls: type, raw: Any, name: str) -> Any:
 def parse_config(raw: dict[str, Any], source: Path | None = None) -> Config:
     """Validate a parsed TOML document."""
     sections = {"cluster": ClusterConfig, "store": StoreConfig, "replication": ReplicationConfig,
-                "namesrv": NameServerSettings, "broker": BrokerSettings}
+                "namesrv": NameServerSettings, "broker": BrokerSettings, "acl": AclConfig}
     arrays = {"nameservers": NameServerNode, "brokers": BrokerNode}
     unknown = sorted(set(raw) - set(sections) - set(arrays))
     if unknown:

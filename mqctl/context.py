@@ -8,6 +8,7 @@ import typer
 
 from core.config import Config, load_config
 from core.errors import ConfigError
+from core.remoting.signing import acl_credentials, use_credentials
 from mqctl.errors import CliError
 
 
@@ -18,10 +19,13 @@ def config_path(ctx: typer.Context) -> Path:
 
 
 def load(ctx: typer.Context) -> Config:
+    """The config; its ``[acl]`` keys (if any) sign every request this command sends."""
     try:
-        return load_config(config_path(ctx))
+        config = load_config(config_path(ctx))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+    use_credentials(acl_credentials(config))
+    return config
 
 
 def namesrv_addresses(config: Config) -> list[str]:

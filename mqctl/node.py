@@ -17,6 +17,7 @@ import trio
 from core.broker.server import serve_broker
 from core.config import Config, load_config
 from core.errors import CoreError
+from core.remoting.signing import acl_credentials, use_credentials
 from core.namesrv.server import serve_nameserver
 from plugins import plugin_host
 
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)
+        use_credentials(acl_credentials(config))  # a slave's requests to its master are signed
         trio.run(run_node, config, args.node)
     except CoreError as exc:
         log.error("%s", exc)

@@ -55,18 +55,21 @@ class Cluster:
         return subprocess.run([sys.executable, "-m", "mqctl", "--config", str(self.config), *args],
                               capture_output=True, text=True, env=self.env, input=input, timeout=timeout)
 
-    def cpp(self, *args: str, timeout: float = 180) -> list[dict]:
+    def cpp(self, *args: str, timeout: float = 180, env: dict[str, str] | None = None) -> list[dict]:
+        """The stock client's JSON lines (``env``: more variables, such as its credentials)."""
         done = subprocess.run([sys.executable, str(INTEROP / "cpp_client.py"), *args], capture_output=True, text=True,
-                              env=self.env, timeout=timeout)
+                              env=dict(self.env, **(env or {})), timeout=timeout)
         assert done.returncode == 0, done.stderr[-2000:]
         return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 def write_cluster_config(path: Path, *, broker_ids: tuple[int, ...] = (0,), mode: str = "async",
-                         store: str = "", broker: str = "", more_brokers: str = "") -> tuple[str, list[str]]:
+                         store: str = "", broker: str = "", more_brokers: str = "",
+                         acl: str = "") -> tuple[str, list[str]]:
     """A conf.toml with one name server and broker group ``broker-a`` of ``broker_ids`` on free
-    loopback ports (``store`` and ``broker``: more lines for those tables; ``more_brokers``:
-    more ``[[brokers]]`` tables); returns the name server's and broker-a's addresses."""
+    loopback ports (``store``, ``broker`` and ``acl``: more lines for those tables;
+    ``more_brokers``: more ``[[brokers]]`` tables); returns the name server's and broker-a's
+    addresses."""
     ns_port = free_port()
     brokers = [f"127.0.0.1:{free_port()}" for _ in broker_ids]
     nodes = "".join(f'[[brokers]]\nname = "broker-a"\nid = {bid}\nlisten = "{addr}"\n'
@@ -87,7 +90,10 @@ register_interval_ms = 2000
 [[nameservers]]
 name = "ns1"
 listen = "127.0.0.1:{ns_port}"
-{nodes}{more_brokers}""")
+{nodes}{more_brokers}
+[acl]
+{acl}
+""")
     return f"127.0.0.1:{ns_port}", brokers
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import trio
 
 from core.broker import admin, client_requests, consumer_admin
+from core.broker.acl_file import AclFile
 from core.broker.clients import ClientRegistry
 from core.broker.end_transaction import handle_end_transaction
 from core.broker.long_polling import PullHold
@@ -76,6 +77,7 @@ class Broker:
         self.queue_locks = QueueLocks()
         self.transactions = TransactionService(store, root / "config", self.settings, self.store_host,
                                                self.producer_connections, self.schedule.hold_if_delayed)
+        self.acl = AclFile(config.acl_file) if config.acl.enabled else None
         self._handlers: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=False, batch=False),
             RequestCode.SEND_MESSAGE_V2: lambda b, r, c: handle_send(b, r, c, v2=True, batch=False),
@@ -119,6 +121,11 @@ class Broker:
         return time.time_ns() // 1_000_000
 
     def process(self, request: RemotingCommand, conn: Connection) -> Reply:
+        if self.acl is not None:
+            refused = self.acl.policy.check(request, split_address(conn.remote)[0] if ":" in conn.remote else "")
+            if refused is not None:
+                log.warning("refused request %d from %s: %s", request.code, conn.remote, refused)
+                return request.reply(ResponseCode.NO_PERMISSION, refused)
         handler = self._handlers.get(request.code)
         if handler is None:
             return request.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,

@@ -21,6 +21,7 @@ from core.remoting.client import RemotingClient
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.remoting.signing import Credentials
 
 if TYPE_CHECKING:
     from core.client.consumer import PushConsumer
@@ -40,13 +41,14 @@ class ClientError(Exception):
 
 
 class ClientRuntime:
-    def __init__(self, nursery: trio.Nursery, namesrv: list[str], *, instance: str = "DEFAULT") -> None:
+    def __init__(self, nursery: trio.Nursery, namesrv: list[str], *, instance: str = "DEFAULT",
+                 credentials: Credentials | None = None) -> None:
         if not namesrv:
             raise ClientError("no name server address given")
         self.nursery = nursery
         self.namesrv = list(namesrv)
         self.client_id = f"{_local_ip()}@{os.getpid()}#{instance}#{time.time_ns()}"
-        self.remoting = RemotingClient(nursery, self)
+        self.remoting = RemotingClient(nursery, self, credentials=credentials)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         # called with a topic whose route changed (None: the topic is gone): consumers rebalance
         self.route_listeners: list[Callable[[str, TopicRoute | None], None]] = []
@@ -202,10 +204,13 @@ def _local_ip() -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_client(namesrv: list[str], *, instance: str = "DEFAULT") -> AsyncIterator[ClientRuntime]:
-    """A client runtime with its background tasks; shut down cleanly on exit."""
+async def open_client(namesrv: list[str], *, instance: str = "DEFAULT",
+                      credentials: Credentials | None = None) -> AsyncIterator[ClientRuntime]:
+    """A client runtime with its background tasks; shut down cleanly on exit. With
+    ``credentials`` (else the process's, :func:`core.remoting.signing.use_credentials`) every
+    request is signed for an ACL-enabled broker."""
     async with open_unwrapped_nursery() as nursery:
-        runtime = ClientRuntime(nursery, namesrv, instance=instance)
+        runtime = ClientRuntime(nursery, namesrv, instance=instance, credentials=credentials)
         nursery.start_soon(runtime.heartbeat_loop)
         nursery.start_soon(runtime.route_refresh_loop)
         try:

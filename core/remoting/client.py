@@ -12,6 +12,7 @@ from core.nursery import open_unwrapped_nursery
 from core.plugin_manager import PluginHost
 from core.remoting.command import FRAME_SIZE_MAX_DEFAULT, RemotingCommand
 from core.remoting.connection import Connection, Processor
+from core.remoting.signing import Credentials, process_credentials, sign
 
 CONNECT_TIMEOUT_S = 3.0
 
@@ -26,8 +27,10 @@ class RemotingClient:
 
     def __init__(self, nursery: trio.Nursery, processor: Processor | None = None, *,
                  plugins: PluginHost | None = None, frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
-                 connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S, credentials: Credentials | None = None) -> None:
         self._nursery = nursery
+        # requests are signed for an ACL-enabled broker (name servers ignore the signature)
+        self.credentials = credentials or process_credentials()
         self._processor = processor
         self._plugins = plugins
         self._frame_size_max = frame_size_max
@@ -59,10 +62,14 @@ class RemotingClient:
     async def invoke(self, address: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
         """Request/response to ``address``."""
         conn = await self.connection(address)
+        if self.credentials is not None:
+            sign(cmd, self.credentials)
         return await conn.request(cmd, timeout_s)
 
     async def invoke_oneway(self, address: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(address)
+        if self.credentials is not None:
+            sign(cmd, self.credentials)
         await conn.oneway(cmd)
 
     def drop(self, address: str) -> None:

@@ -1,0 +1,122 @@
+"""Reading a RocketMQ ``plain_acl.yml`` into an :class:`~core.broker.acl.AclPolicy`::
+
+  globalWhiteRemoteAddresses:      # these peers need no account at all
+    - 10.10.103.*
+  accounts:
+    - accessKey: RocketMQ          # more than 6 characters, as RocketMQ requires
+      secretKey: 12345678
+      whiteRemoteAddress: 192.168.0.*   # these peers need not sign (permissions still apply)
+      admin: false
+      defaultTopicPerm: DENY       # PUB, SUB, PUB|SUB or DENY
+      defaultGroupPerm: SUB
+      topicPerms: [topicA=DENY, topicB=PUB|SUB]
+      groupPerms: [groupA=DENY, groupB=PUB|SUB]
+
+A file that does not parse is refused as a whole, with a message that names the file and the
+entry; a running broker keeps the policy it had.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from core.broker.acl import Account, AclPolicy, AddressPattern, parse_perm
+from core.errors import ConfigError
+
+
+class AclFileError(Exception):
+    """An entry of the file is not what RocketMQ's format allows."""
+
+
+KEY_LENGTH_MIN = 7  # RocketMQ: access and secret keys longer than 6 characters
+
+
+def load_acl(path: Path) -> AclPolicy:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"ACL file {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"ACL file {path} is not YAML: {exc}") from None
+    try:
+        return parse_acl(doc or {})
+    except (AclFileError, ValueError) as exc:
+        raise ConfigError(f"ACL file {path}: {exc}") from None
+
+
+def parse_acl(doc: Any) -> AclPolicy:
+    doc = _mapping(doc, "the document")
+    white = tuple(AddressPattern(str(a)) for a in _list(doc, "globalWhiteRemoteAddresses"))
+    accounts: dict[str, Account] = {}
+    for i, raw in enumerate(_list(doc, "accounts")):
+        account = _account(_mapping(raw, f"accounts[{i}]"), i)
+        if account.access_key in accounts:
+            raise AclFileError(f"accessKey {account.access_key!r} appears twice")
+        accounts[account.access_key] = account
+    return AclPolicy(accounts, white)
+
+
+def _account(raw: dict[str, Any], i: int) -> Account:
+    access_key, secret_key = str(raw.get("accessKey") or ""), str(raw.get("secretKey") or "")
+    if len(access_key) < KEY_LENGTH_MIN or len(secret_key) < KEY_LENGTH_MIN:
+        raise AclFileError(f"accounts[{i}]: accessKey and secretKey need at least {KEY_LENGTH_MIN} characters")
+    white_raw = raw.get("whiteRemoteAddress")
+    white = tuple(AddressPattern(str(a)) for a in ([white_raw] if isinstance(white_raw, str) else white_raw or []))
+    return Account(
+        access_key=access_key, secret_key=secret_key, admin=bool(raw.get("admin", False)), white=white,
+        default_topic_perm=parse_perm(raw.get("defaultTopicPerm")),
+        default_group_perm=parse_perm(raw.get("defaultGroupPerm")),
+        topic_perms=_perms(raw, "topicPerms", i), group_perms=_perms(raw, "groupPerms", i))
+
+
+def _perms(raw: dict[str, Any], key: str, i: int) -> dict[str, int]:
+    perms = {}
+    for entry in _list(raw, key):
+        name, sep, perm = str(entry).partition("=")
+        if not sep or not name.strip():
+            raise AclFileError(f"accounts[{i}].{key}: {entry!r} is not NAME=PERM")
+        perms[name.strip()] = parse_perm(perm)
+    return perms
+
+
+def _list(doc: dict[str, Any], key: str) -> list[Any]:
+    value = doc.get(key)
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return value
+    raise AclFileError(f"{key} must be a list")
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    raise AclFileError(f"{what} must be a mapping")
+
+
+class AclFile:
+    """The policy of an ACL file, re-read when the file changes (RocketMQ reloads it too)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.policy = load_acl(path)
+        self._stamp = self._stat()
+
+    def _stat(self) -> tuple[int, int]:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return (0, 0)
+        return (st.st_mtime_ns, st.st_size)
+
+    def reload_if_changed(self) -> bool:
+        """Re-read a changed file; a file that no longer parses keeps the old policy (raises)."""
+        stamp = self._stat()
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        self.policy = load_acl(self.path)
+        return True
