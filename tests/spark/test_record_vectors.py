@@ -1,5 +1,6 @@
-"""formats.record_vectors (through spark.arrow_batches.RunBatches): runs decoded as vectors give exactly the rows of the per-record column
-decoder, over any cut into ranges, through odd records and through damage (no Spark here)."""
+"""formats.record_vectors (through spark.arrow_batches.RunBatches): runs decoded as vectors give
+exactly the rows of the careful scanner record by record, over any cut into ranges, through odd
+records and through damage (no Spark here)."""
 
 from __future__ import annotations
 
