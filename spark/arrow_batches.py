@@ -16,13 +16,18 @@ from formats.segments import Buffer
 from spark.schema import Fields, arrow_schema
 
 
+def store_column(store: str, rows: int, kind: pa.DataType) -> pa.Array:
+    """The ``store`` column: the same label on every row."""
+    return pa.array([store] * rows, kind)
+
+
 def commitlog_batch(store: str, cols: Columns, fields: Fields) -> pa.RecordBatch:
     """A batch of ``fields`` (all of the ``commitlog`` schema, or the subset a reader asked for)."""
     count = len(cols["topic"])
     arrays = []
     for name, kind, _ in fields:
         if name == "store":
-            arrays.append(pa.array([store] * count, kind))
+            arrays.append(store_column(store, count, kind))
         elif name == "properties":
             offsets = pa.array(list(itertools.accumulate(cols["prop_counts"], initial=0)), pa.int32())
             arrays.append(pa.MapArray.from_arrays(
@@ -46,6 +51,6 @@ class RunBatches:
         run, end = decode_run(buf, pos, stop, base, with_body=with_body, max_rows=self.batch_rows)
         if run is None:
             return None, end
-        arrays = [pa.array([self.store] * run.rows, kind) if name == "store" else run.column(name, kind)
+        arrays = [store_column(self.store, run.rows, kind) if name == "store" else run.column(name, kind)
                   for name, kind, _ in self.fields]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(self.fields)), end
