@@ -89,15 +89,22 @@ class AddressPattern:
 
 
 def _octet_set(part: str, whole: str) -> set[int] | None:
+    """The values one octet of a pattern allows (None: any); each within 0..255."""
     try:
         if part == "*":
             return None
         if part.startswith("{") and part.endswith("}"):
-            return {int(x) for x in part[1:-1].split(",")}
-        if "-" in part:
+            values = {int(x) for x in part[1:-1].split(",")}
+        elif "-" in part:
             lo, hi = (int(x) for x in part.split("-", 1))
-            return set(range(lo, hi + 1))
-        return {int(part)}
+            if not 0 <= lo <= hi <= 255:
+                raise ValueError
+            values = set(range(lo, hi + 1))
+        else:
+            values = {int(part)}
+        if not all(0 <= v <= 255 for v in values):
+            raise ValueError
+        return values
     except ValueError:
         raise ValueError(f"white-list address {whole!r} is not an address pattern") from None
 

@@ -48,8 +48,9 @@ def load_acl(path: Path) -> AclPolicy:
 
 
 def parse_acl(doc: Any) -> AclPolicy:
+    """The policy a parsed document describes; raises :class:`AclFileError` naming the entry."""
     doc = _mapping(doc, "the document")
-    white = tuple(AddressPattern(str(a)) for a in _list(doc, "globalWhiteRemoteAddresses"))
+    white = _patterns(_list(doc, "globalWhiteRemoteAddresses"), "globalWhiteRemoteAddresses")
     accounts: dict[str, Account] = {}
     for i, raw in enumerate(_list(doc, "accounts")):
         account = _account(_mapping(raw, f"accounts[{i}]"), i)
@@ -60,26 +61,57 @@ def parse_acl(doc: Any) -> AclPolicy:
 
 
 def _account(raw: dict[str, Any], i: int) -> Account:
-    access_key, secret_key = str(raw.get("accessKey") or ""), str(raw.get("secretKey") or "")
+    where = f"accounts[{i}]"
+    access_key = _text(raw.get("accessKey"), f"{where}.accessKey")
+    secret_key = _text(raw.get("secretKey"), f"{where}.secretKey")
     if len(access_key) < KEY_LENGTH_MIN or len(secret_key) < KEY_LENGTH_MIN:
-        raise AclFileError(f"accounts[{i}]: accessKey and secretKey need at least {KEY_LENGTH_MIN} characters")
+        raise AclFileError(f"{where}: accessKey and secretKey need at least {KEY_LENGTH_MIN} characters")
     white_raw = raw.get("whiteRemoteAddress")
-    white = tuple(AddressPattern(str(a)) for a in ([white_raw] if isinstance(white_raw, str) else white_raw or []))
+    white = _patterns([white_raw] if isinstance(white_raw, str) else _list(raw, "whiteRemoteAddress"),
+                      f"{where}.whiteRemoteAddress")
     return Account(
-        access_key=access_key, secret_key=secret_key, admin=bool(raw.get("admin", False)), white=white,
-        default_topic_perm=parse_perm(raw.get("defaultTopicPerm")),
-        default_group_perm=parse_perm(raw.get("defaultGroupPerm")),
+        access_key=access_key, secret_key=secret_key, admin=_flag(raw.get("admin"), f"{where}.admin"), white=white,
+        default_topic_perm=parse_perm(_text(raw.get("defaultTopicPerm"), f"{where}.defaultTopicPerm")),
+        default_group_perm=parse_perm(_text(raw.get("defaultGroupPerm"), f"{where}.defaultGroupPerm")),
         topic_perms=_perms(raw, "topicPerms", i), group_perms=_perms(raw, "groupPerms", i))
 
 
 def _perms(raw: dict[str, Any], key: str, i: int) -> dict[str, int]:
     perms = {}
     for entry in _list(raw, key):
-        name, sep, perm = str(entry).partition("=")
+        name, sep, perm = _text(entry, f"accounts[{i}].{key}").partition("=")
         if not sep or not name.strip():
             raise AclFileError(f"accounts[{i}].{key}: {entry!r} is not NAME=PERM")
         perms[name.strip()] = parse_perm(perm)
     return perms
+
+
+def _text(value: Any, what: str) -> str:
+    """A scalar as text: YAML reads ``secretKey: 12345678`` as a number, which RocketMQ takes
+    as its digits; lists, mappings and booleans are mistakes."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise AclFileError(f"{what} must be text, not {value!r}")
+
+
+def _flag(value: Any, what: str) -> bool:
+    """``true``/``false`` (YAML booleans, or the words): ``admin: "false"`` must not be truthy."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise AclFileError(f"{what} must be true or false, not {value!r}")
+
+
+def _patterns(values: list[Any], what: str) -> tuple[AddressPattern, ...]:
+    try:
+        return tuple(AddressPattern(_text(v, what)) for v in values)
+    except ValueError as exc:
+        raise AclFileError(f"{what}: {exc}") from None
 
 
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
