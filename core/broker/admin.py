@@ -35,14 +35,15 @@ def update_and_create_topic(broker: Broker, request: RemotingCommand, conn: Conn
     try:
         read = as_int(ext, "readQueueNums", broker.settings.default_topic_queue_nums)
         write = as_int(ext, "writeQueueNums", read)
-        perm = as_int(ext, "perm", 6)
+        perm = as_int(ext, "perm", 6, bits=32)
+        sysflag = as_int(ext, "topicSysFlag", 0, bits=32)
     except ValueError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     if not (1 <= read <= QUEUE_NUMS_MAX and 1 <= write <= QUEUE_NUMS_MAX) or perm & ~0xF:
         return request.reply(ResponseCode.SYSTEM_ERROR,
                              f"queue counts must be 1..{QUEUE_NUMS_MAX} and perm a combination of 8|4|2|1")
     order = ext.get("order", "false").lower() == "true"
-    if broker.topics.put(TopicConfig(topic, read, write, perm, int(ext.get("topicSysFlag", "0") or 0), order)):
+    if broker.topics.put(TopicConfig(topic, read, write, perm, sysflag, order)):
         broker.topics_changed()
     return request.reply(ResponseCode.SUCCESS)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from core.broker.clients import check_heartbeat
 from core.broker.headers import HeaderFieldError, as_int
 from core.broker.queue_locks import LockedQueue
 from core.broker.topics import retry_topic
@@ -26,9 +27,7 @@ def heartbeat(broker: Broker, request: RemotingCommand, conn: Connection) -> Rem
     conn.attributes["language"] = request.language
     conn.attributes["version"] = request.version
     try:
-        doc = orjson.loads(request.body) if request.body else {}
-        if not isinstance(doc, dict):
-            raise ValueError("not an object")
+        doc = check_heartbeat(orjson.loads(request.body) if request.body else {})
     except (orjson.JSONDecodeError, ValueError) as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, f"bad HEART_BEAT body: {exc}")
     changed = broker.clients.heartbeat(doc, conn, broker.now_ms())

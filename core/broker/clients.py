@@ -52,6 +52,33 @@ def enum_name(value: object, names: dict[int, str], default: str) -> str:
         return default
 
 
+def check_heartbeat(doc: object) -> dict[str, Any]:
+    """``doc`` if it has HeartbeatData's shape (lists of objects where lists belong, scalars for
+    names); raises ValueError naming the first thing that does not fit."""
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")
+    _scalar(doc, "clientID")
+    for kind in ("producerDataSet", "consumerDataSet"):
+        for i, item in enumerate(_objects(doc, kind)):
+            _scalar(item, "groupName", f"{kind}[{i}]")
+            for j, sub in enumerate(_objects(item, "subscriptionDataSet", f"{kind}[{i}]")):
+                for key in ("topic", "subString"):
+                    _scalar(sub, key, f"{kind}[{i}].subscriptionDataSet[{j}]")
+    return doc
+
+
+def _objects(doc: dict[str, Any], key: str, where: str = "") -> list[dict[str, Any]]:
+    value = doc.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"{where + '.' if where else ''}{key} must be a list of objects")
+    return value
+
+
+def _scalar(doc: dict[str, Any], key: str, where: str = "") -> None:
+    if isinstance(doc.get(key), (list, dict)):
+        raise ValueError(f"{where + '.' if where else ''}{key} must be a string")
+
+
 class ClientRegistry:
     def __init__(self) -> None:
         self.consumers: dict[str, ConsumerGroup] = {}

@@ -19,16 +19,21 @@ class HeaderFieldError(ValueError):
     """A required header field is missing or malformed."""
 
 
-def as_int(ext: dict[str, str], name: str, default: int | None = None) -> int:
+def as_int(ext: dict[str, str], name: str, default: int | None = None, *, bits: int = 64) -> int:
+    """Field ``name`` as a signed integer of ``bits`` bits (Java's long, or int with 32): a value
+    out of that range is refused here, not found later by a struct that cannot pack it."""
     raw = ext.get(name)
     if raw is None or raw == "":
         if default is None:
             raise HeaderFieldError(f"the request lacks the field {name}")
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise HeaderFieldError(f"field {name}={raw!r} is not an integer") from None
+        raise HeaderFieldError(f"field {name}={raw[:40]!r} is not an integer") from None
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise HeaderFieldError(f"field {name}={raw[:40]} is out of range for a {bits}-bit integer")
+    return value
 
 
 def as_bool(ext: dict[str, str], name: str) -> bool:
@@ -62,15 +67,15 @@ class SendHeader:
             producer_group=ext.get("producerGroup", ""),
             topic=ext["topic"],
             default_topic=ext.get("defaultTopic", "TBW102") or "TBW102",
-            default_topic_queue_nums=as_int(ext, "defaultTopicQueueNums", 4),
-            queue_id=as_int(ext, "queueId", -1),
-            sysflag=as_int(ext, "sysFlag", 0),
+            default_topic_queue_nums=as_int(ext, "defaultTopicQueueNums", 4, bits=32),
+            queue_id=as_int(ext, "queueId", -1, bits=32),
+            sysflag=as_int(ext, "sysFlag", 0, bits=32),
             born_timestamp=as_int(ext, "bornTimestamp", 0),
-            flag=as_int(ext, "flag", 0),
+            flag=as_int(ext, "flag", 0, bits=32),
             properties=ext.get("properties", ""),
-            reconsume_times=as_int(ext, "reconsumeTimes", 0),
+            reconsume_times=as_int(ext, "reconsumeTimes", 0, bits=32),
             batch=as_bool(ext, "batch"),
-            max_reconsume_times=int(max_reconsume) if max_reconsume and max_reconsume.lstrip("-").isdigit() else None,
+            max_reconsume_times=as_int(ext, "maxReconsumeTimes", bits=32) if max_reconsume else None,
         )
 
 
@@ -92,9 +97,9 @@ class PullHeader:
         if not ext.get("topic") or not ext.get("consumerGroup"):
             raise HeaderFieldError("PULL_MESSAGE needs topic and consumerGroup")
         return cls(
-            group=ext["consumerGroup"], topic=ext["topic"], queue_id=as_int(ext, "queueId"),
-            queue_offset=as_int(ext, "queueOffset"), max_msg_nums=as_int(ext, "maxMsgNums", 32),
-            sysflag=as_int(ext, "sysFlag", 0), commit_offset=as_int(ext, "commitOffset", -1),
+            group=ext["consumerGroup"], topic=ext["topic"], queue_id=as_int(ext, "queueId", bits=32),
+            queue_offset=as_int(ext, "queueOffset"), max_msg_nums=as_int(ext, "maxMsgNums", 32, bits=32),
+            sysflag=as_int(ext, "sysFlag", 0, bits=32), commit_offset=as_int(ext, "commitOffset", -1),
             suspend_timeout_ms=as_int(ext, "suspendTimeoutMillis", 15_000),
             subscription=ext.get("subscription"),
         )

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from core.broker.headers import HeaderFieldError
 from core.errors import DiskFullError, MessageTooLargeError, ReadOnlyStoreError, StoreClosedError, StoreError
 from core.remoting.codes import ResponseCode
 from formats.errors import FormatError
+
+log = logging.getLogger(__name__)
 
 
 def response_code(exc: Exception) -> tuple[int, str]:
@@ -20,4 +24,6 @@ def response_code(exc: Exception) -> tuple[int, str]:
         return ResponseCode.SYSTEM_ERROR, str(exc)
     if isinstance(exc, StoreError):
         return ResponseCode.SYSTEM_ERROR, str(exc)
+    # anything else is a bug met on the way: the request still gets an answer, the log the trace
+    log.error("unexpected %s while handling a request", type(exc).__name__, exc_info=exc)
     return ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
