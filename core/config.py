@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from core.errors import ConfigError
+from core.remoting.limits import ConnectionLimits
 
 FlushMode = Literal["async", "sync"]
 ReplicationMode = Literal["async", "sync", "dledger"]
@@ -125,10 +126,17 @@ class NameServerSettings:
 
     scan_interval_ms: int = 10_000
     broker_expiry_ms: int = 120_000
+    connections_max: int = 1024
 
     def __post_init__(self) -> None:
         if self.scan_interval_ms <= 0 or self.broker_expiry_ms <= 0:
             raise ConfigError("namesrv: intervals must be positive")
+        if self.connections_max < 1:
+            raise ConfigError("namesrv.connections_max must be at least 1")
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        return ConnectionLimits(connections_max=self.connections_max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +167,12 @@ class BrokerSettings:
     cold_read_lag_bytes: int = 0
     # a slave copies topics and consumer offsets from its master this often
     slave_sync_interval_ms: int = 10_000
+    # what one peer may take (see core/remoting/limits.py); beyond: refused, SYSTEM_BUSY or closed
+    connections_max: int = 1024
+    inflight_requests_max: int = 2048  # per connection: requests being handled at once
+    inflight_bytes_max: int = 64 * MiB  # per connection: their bytes
+    held_pulls_per_connection_max: int = 1024  # a consumer holds one per queue it reads here
+    large_frames_bytes_max: int = 256 * MiB  # node-wide: frames of 1 MiB or more being received
 
     def __post_init__(self) -> None:
         if not 1 <= self.default_topic_queue_nums <= 1024:
@@ -166,6 +180,19 @@ class BrokerSettings:
         if self.transaction_timeout_ms < 0 or self.transaction_check_interval_ms <= 0 or self.transaction_check_max < 1:
             raise ConfigError("broker.transaction_timeout_ms must be >= 0, transaction_check_interval_ms > 0 "
                               "and transaction_check_max >= 1")
+        for name in ("connections_max", "inflight_requests_max", "inflight_bytes_max",
+                     "held_pulls_per_connection_max"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"broker.{name} must be at least 1")
+        if self.large_frames_bytes_max < self.frame_size_bytes_max:
+            raise ConfigError("broker.large_frames_bytes_max must be at least broker.frame_size_bytes_max "
+                              "(else the largest frame could never be received)")
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            connections_max=self.connections_max, inflight_requests_max=self.inflight_requests_max,
+            inflight_bytes_max=self.inflight_bytes_max, large_frames_bytes_max=self.large_frames_bytes_max)
 
 
 def _check_listen(kind: str, name: str, listen: str, key: str = "listen") -> None:

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -36,6 +37,41 @@ class PullOutcome:
         }, body=self.body)
 
 
+HELD_PULLS = "held_pulls"  # the connection attribute counting its pulls held now
+
+
+class HeldCount:
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+class HeldPull:
+    """A held pull, counted against its connection from the moment it is handed back (the
+    connection may start many before the first runs) until it answers or is dropped unrun."""
+
+    def __init__(self, held: HeldCount, pull: Coroutine[Any, Any, RemotingCommand]) -> None:
+        self._held, self._pull, self._counted = held, pull, True
+        held.count += 1
+
+    def __await__(self) -> Generator[Any, Any, RemotingCommand]:
+        try:
+            return (yield from self._pull.__await__())
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        """Drop it unrun (the connection refused it)."""
+        self._pull.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._held.count -= 1
+
+
 def handle_pull(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
     try:
         header = PullHeader.of(request)
@@ -59,7 +95,14 @@ def handle_pull(broker: Broker, request: RemotingCommand, conn: Connection) -> R
     outcome = pull_once(broker, header, codes)
     if outcome.code == ResponseCode.PULL_NOT_FOUND and header.sysflag & PULL_SUSPEND \
             and broker.hold.parked < broker.hold.parked_max:
-        return _held(broker, request, header, codes)
+        held = conn.attributes.setdefault(HELD_PULLS, HeldCount())
+        assert isinstance(held, HeldCount)
+        if held.count >= broker.settings.held_pulls_per_connection_max:
+            # not PULL_NOT_FOUND, which clients answer with another pull at once: a busy answer
+            # makes them wait before pulling again
+            return request.reply(ResponseCode.SYSTEM_BUSY, f"[REJECTREQUEST]system busy: {held.count} pulls of "
+                                 f"this connection held (broker.held_pulls_per_connection_max)")
+        return HeldPull(held, _held(broker, request, header, codes))
     return outcome.response(request)
 
 

@@ -48,7 +48,8 @@ async def serve_broker(
                     broker.nursery = nursery
                     bound = await nursery.start(lambda task_status: serve_remoting(
                         broker, host, port, plugins=plugins, on_close=broker.connection_closed,
-                        frame_size_max=config.broker.frame_size_bytes_max, task_status=task_status))
+                        frame_size_max=config.broker.frame_size_bytes_max, limits=config.broker.limits,
+                        task_status=task_status))
                     broker.bind(bound)
                     ha_address = await nursery.start(replication.serve, broker.ha_address)
                     broker.ha_address = ha_address or ""

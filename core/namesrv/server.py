@@ -31,7 +31,7 @@ async def serve_nameserver(
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(lambda task_status: serve_remoting(
             processor, host, port, plugins=plugins, on_close=processor.connection_closed,
-            task_status=task_status))
+            limits=config.namesrv.limits, task_status=task_status))
         nursery.start_soon(_scan, routes, config.namesrv.scan_interval_ms / 1000)
         log.info("name server %s listening on %s:%d", node.name, host, bound)
         task_status.started(bound)

@@ -225,6 +225,13 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buf)
 
+    @property
+    def partial_frame_bytes(self) -> int:
+        """The declared size of the frame being received (0: none begun, or its length unread)."""
+        if len(self._buf) < 4:
+            return 0
+        return 4 + int(_I32.unpack_from(self._buf, 0)[0])
+
     def feed(self, data: bytes | bytearray) -> list[RemotingCommand | HeaderError]:
         """Commands completed by ``data``; a :class:`HeaderError` stands in for a frame whose
         header was unusable (the stream itself is still in step). Raises :class:`FrameError`

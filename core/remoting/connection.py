@@ -30,13 +30,13 @@ from core.remoting.command import (
     RemotingCommand,
     encode_frame,
 )
+from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
 
 log = logging.getLogger(__name__)
 
 RECEIVE_BYTES = 256 * 1024
 OUT_BUFFER_BYTES_MAX = 4 * 1024 * 1024  # queued outgoing bytes before senders wait
 SWEEP_S = 0.05  # how often request deadlines are checked
-INFLIGHT_MAX = 4096
 PENDING_MAX = 65536
 
 
@@ -60,6 +60,11 @@ class ConnectionStatistics:
     queued_frames: int = 0
 
 
+def request_bytes(cmd: RemotingCommand) -> int:
+    """About what a request occupies: its body and its header fields."""
+    return len(cmd.body) + sum(len(k) + len(v) for k, v in cmd.ext_fields.items())
+
+
 class _Pending:
     __slots__ = ("event", "response", "deadline")
 
@@ -80,14 +85,17 @@ class Connection:
         remote: str = "?",
         frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
         out_buffer_max: int = OUT_BUFFER_BYTES_MAX,
-        inflight_max: int = INFLIGHT_MAX,
+        limits: ConnectionLimits = DEFAULT_LIMITS,
+        large_frames: ByteBudget | None = None,
         plugins: PluginHost | None = None,
     ) -> None:
         self.stream = stream
         self.processor = processor
         self.remote = remote
         self.frame_size_max = frame_size_max
-        self.inflight_max = inflight_max
+        self.limits = limits
+        # node-wide: a large frame reserves its size here before its bytes are buffered
+        self.large_frames = large_frames
         self.plugins = plugins
         self._rpc_hooks = plugins is not None and plugins.has_rpc_hooks()
         # Outgoing frames accumulate here; the writer sends everything queued in one write.
@@ -100,6 +108,7 @@ class Connection:
         self._deadlines: list[tuple[float, int]] = []
         self._opaques = itertools.count(1)
         self._inflight = 0
+        self._inflight_bytes = 0
         self._nursery: trio.Nursery | None = None
         self.closed = trio.Event()
         self._frames_received = 0
@@ -143,35 +152,58 @@ class Connection:
 
     async def _reader(self) -> None:
         decoder = FrameDecoder(self.frame_size_max)
-        while True:
-            try:
-                data = await self.stream.receive_some(RECEIVE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return
-            if not data:
-                return
-            try:
-                items = decoder.feed(data)
-            except FrameError as exc:
-                log.warning("%s: closing connection: %s", self.remote, exc)
-                return
-            self._frames_received += len(items)
-            for item in items:
-                if isinstance(item, HeaderError):
-                    if item.opaque is None:
-                        log.warning("%s: closing connection: unusable header: %s", self.remote, item)
-                        return
-                    log.warning("%s: bad request header: %s", self.remote, item)
-                    await self._send_frame(RemotingCommand(
-                        code=ResponseCode.SYSTEM_ERROR, opaque=item.opaque, flag=1,
-                        remark=f"bad request header: {item}", language="JAVA"))
-                elif item.is_response:
-                    pending = self._pending.pop(item.opaque, None)
-                    if pending is not None:
-                        pending.response = item
-                        pending.event.set()
-                else:
-                    await self._dispatch(item)
+        reserved = 0  # of the node's large-frame budget, for the frame being received
+        try:
+            while True:
+                try:
+                    data = await self.stream.receive_some(RECEIVE_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    return
+                if not data:
+                    return
+                try:
+                    items = decoder.feed(data)
+                except FrameError as exc:
+                    log.warning("%s: closing connection: %s", self.remote, exc)
+                    return
+                if not await self._handle(items):
+                    return
+                if self.large_frames is not None:
+                    partial = decoder.partial_frame_bytes
+                    wanted = partial if partial >= self.limits.large_frame_bytes else 0
+                    if wanted != reserved:
+                        self.large_frames.release(reserved)
+                        reserved = 0
+                        if wanted and not self.large_frames.reserve(wanted):
+                            log.warning("%s: closing connection: a %d-byte frame would pass the node's "
+                                        "%d bytes for large frames in progress", self.remote, wanted,
+                                        self.large_frames.limit)
+                            return
+                        reserved = wanted
+        finally:
+            if self.large_frames is not None:
+                self.large_frames.release(reserved)
+
+    async def _handle(self, items: list[RemotingCommand | HeaderError]) -> bool:
+        """Answer or dispatch what one read completed; False when the connection must close."""
+        self._frames_received += len(items)
+        for item in items:
+            if isinstance(item, HeaderError):
+                if item.opaque is None:
+                    log.warning("%s: closing connection: unusable header: %s", self.remote, item)
+                    return False
+                log.warning("%s: bad request header: %s", self.remote, item)
+                await self._send_frame(RemotingCommand(
+                    code=ResponseCode.SYSTEM_ERROR, opaque=item.opaque, flag=1,
+                    remark=f"bad request header: {item}", language="JAVA"))
+            elif item.is_response:
+                pending = self._pending.pop(item.opaque, None)
+                if pending is not None:
+                    pending.response = item
+                    pending.event.set()
+            else:
+                await self._dispatch(item)
+        return True
 
     async def _dispatch(self, request: RemotingCommand) -> None:
         if self.processor is None:
@@ -191,19 +223,32 @@ class Connection:
         if type(result) is RemotingCommand:
             await self.reply(request, result)
         elif inspect.isawaitable(result):
-            if self._inflight >= self.inflight_max:
-                if inspect.iscoroutine(result):
-                    result.close()
-                await self.reply(request, request.reply(
-                    ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy: too many requests in flight"))
+            size = request_bytes(request)
+            busy = self._busy(size)
+            if busy:
+                close = getattr(result, "close", None)  # a coroutine, or an awaitable that counts itself
+                if close is not None:
+                    close()
+                await self.reply(request, request.reply(ResponseCode.SYSTEM_BUSY, f"[REJECTREQUEST]system busy: {busy}"))
                 return
             self._inflight += 1
+            self._inflight_bytes += size
             assert self._nursery is not None
-            self._nursery.start_soon(self._finish, request, result)
+            self._nursery.start_soon(self._finish, request, result, size)
         elif result is not None:
             await self.reply(request, result)  # type: ignore[arg-type]
 
-    async def _finish(self, request: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
+    def _busy(self, size: int) -> str | None:
+        """Why one more request of ``size`` bytes cannot be handled now (None: it can)."""
+        limits = self.limits
+        if self._inflight >= limits.inflight_requests_max:
+            return f"{self._inflight} requests of this connection in flight (limit {limits.inflight_requests_max})"
+        if self._inflight and self._inflight_bytes + size > limits.inflight_bytes_max:
+            return (f"{self._inflight_bytes} bytes of this connection's requests in flight "
+                    f"(limit {limits.inflight_bytes_max})")
+        return None
+
+    async def _finish(self, request: RemotingCommand, pending: Awaitable[RemotingCommand | None], size: int) -> None:
         try:
             response = await pending
         except Exception as exc:
@@ -211,6 +256,7 @@ class Connection:
             response = request.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         finally:
             self._inflight -= 1
+            self._inflight_bytes -= size
         if response is not None:
             await self.reply(request, response)
 

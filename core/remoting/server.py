@@ -10,8 +10,11 @@ import trio
 from core.plugin_manager import PluginHost
 from core.remoting.command import FRAME_SIZE_MAX_DEFAULT
 from core.remoting.connection import Connection, Processor
+from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
 
 log = logging.getLogger(__name__)
+
+REFUSAL_LOG_INTERVAL_S = 10.0  # refused connections are logged at most this often (a flood logs little)
 
 
 async def serve_remoting(
@@ -22,23 +25,40 @@ async def serve_remoting(
     frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
     plugins: PluginHost | None = None,
     on_close: Callable[[Connection], None] | None = None,
+    limits: ConnectionLimits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``processor`` on ``host:port`` until cancelled; reports the bound port."""
+    """Serve ``processor`` on ``host:port`` until cancelled; reports the bound port. Connections
+    beyond ``limits.connections_max`` are closed as they arrive."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
+    large_frames = ByteBudget(limits.large_frames_bytes_max)
+    open_count = 0
+    refused = 0
+    refusal_logged = -REFUSAL_LOG_INTERVAL_S
 
     async def handle(stream: trio.SocketStream) -> None:
+        nonlocal open_count, refused, refusal_logged
         try:
             peer = stream.socket.getpeername()
             remote = f"{peer[0]}:{peer[1]}"
         except OSError:
             remote = "?"
+        if open_count >= limits.connections_max:
+            refused += 1
+            if trio.current_time() - refusal_logged >= REFUSAL_LOG_INTERVAL_S:
+                log.warning("refused %d connection(s) (latest from %s): %d open, the limit "
+                            "(connections_max)", refused, remote, open_count)
+                refused, refusal_logged = 0, trio.current_time()
+            await trio.aclose_forcefully(stream)
+            return
+        open_count += 1
         conn = Connection(stream, processor, remote=remote, frame_size_max=frame_size_max,
-                          plugins=plugins)
+                          limits=limits, large_frames=large_frames, plugins=plugins)
         try:
             await conn.run()
         finally:
+            open_count -= 1
             if on_close is not None:
                 on_close(conn)
 

@@ -7,15 +7,17 @@ import threading
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.errors import RemotingTimeoutError, RpcRejected
+from core.errors import RemotingError, RemotingTimeoutError, RpcRejected
 from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import ResponseCode
 from core.remoting.command import FrameDecoder, RemotingCommand, encode_frame
+from core.remoting.limits import ConnectionLimits
 from core.remoting.server import serve_remoting
 
 ECHO, SLOW, NEVER, BOOM, SEEN = 1, 2, 3, 4, 5
@@ -141,6 +143,52 @@ async def test_oversized_frame_closes_only_that_connection(nursery):
     async with open_remoting_client() as client:
         resp = await client.invoke(addr, RemotingCommand(code=ECHO, body=b"ok"))
         assert resp.body == b"ok"
+
+
+async def test_requests_in_flight_are_bounded_by_count_and_by_bytes_per_connection(nursery):
+    limits = ConnectionLimits(inflight_requests_max=5, inflight_bytes_max=10_000)
+    _, addr = await start(nursery, limits=limits)
+    async with open_remoting_client() as client, open_remoting_client() as other:
+        async def never(body: bytes, out: list) -> None:
+            out.append(await client.invoke(addr, RemotingCommand(code=NEVER, body=body), timeout_s=2))
+
+        answers: list = []
+        with trio.move_on_after(1):  # the held requests never answer; the refused ones do at once
+            async with trio.open_nursery() as inner:
+                for _ in range(8):
+                    inner.start_soon(lambda: never(b"", answers))
+        assert [a.code for a in answers] == [ResponseCode.SYSTEM_BUSY] * 3
+        assert "5 requests of this connection in flight" in answers[0].remark
+        # another connection has its own allowance: a 6 KB request is taken, a second refused by bytes
+        got: list = []
+        with trio.move_on_after(1):
+            async with trio.open_nursery() as inner:
+                async def big() -> None:
+                    got.append(await other.invoke(addr, RemotingCommand(code=NEVER, body=b"x" * 6000), timeout_s=2))
+                inner.start_soon(big)
+                await trio.sleep(0.2)
+                inner.start_soon(big)
+        assert [a.code for a in got] == [ResponseCode.SYSTEM_BUSY] and "bytes" in got[0].remark
+
+
+async def test_connections_beyond_the_limit_are_closed_as_they_arrive(nursery):
+    _, addr = await start(nursery, limits=ConnectionLimits(connections_max=2))
+    port = int(addr.split(":")[1])
+    kept = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+    await trio.testing.wait_all_tasks_blocked()
+    third = await trio.open_tcp_stream("127.0.0.1", port)
+    with trio.fail_after(5):
+        assert await third.receive_some(100) == b""
+    for stream in kept:
+        await stream.aclose()
+    with trio.fail_after(5):
+        while True:  # the closed ones are counted out as the server notices
+            async with open_remoting_client() as client:
+                try:
+                    assert (await client.invoke(addr, RemotingCommand(code=ECHO, body=b"ok"), timeout_s=1)).body == b"ok"
+                    break
+                except RemotingError:
+                    await trio.sleep(0.05)
 
 
 # ---------------------------------------------------------------- fuzzing a live server

@@ -1,0 +1,43 @@
+"""What a node allows its peers, so that one peer cannot starve the others or grow the node's
+memory without bound (RocketMQ bounds the same things with Netty settings and thread pools).
+
+Per node: connections, and the bytes of large frames being received at once. Per connection:
+requests being handled at once, and their bytes. Outgoing bytes per connection are bounded by
+the connection itself; held pulls per connection by the broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    connections_max: int = 1024
+    inflight_requests_max: int = 2048
+    inflight_bytes_max: int = 64 * MiB
+    # a frame at least this long reserves its length from the node-wide budget before it is read
+    large_frame_bytes: int = 1 * MiB
+    large_frames_bytes_max: int = 256 * MiB
+
+
+DEFAULT_LIMITS = ConnectionLimits()
+
+
+class ByteBudget:
+    """Bytes reserved node-wide, never more than ``limit`` (sans-IO: reserve or be refused)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.reserved = 0
+
+    def reserve(self, size: int) -> bool:
+        if self.reserved + size > self.limit:
+            return False
+        self.reserved += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.reserved -= size
