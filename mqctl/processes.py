@@ -93,8 +93,9 @@ def spawn(config: Config, spec: NodeSpec) -> int:
 
 
 def wait_exited(pid: int, timeout_s: float) -> bool:
+    """Whether ``pid`` has exited, waiting up to ``timeout_s`` (0: look once)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while True:
         try:
             done, _ = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -103,8 +104,9 @@ def wait_exited(pid: int, timeout_s: float) -> bool:
             pass
         if not Path(f"/proc/{pid}").exists() or _zombie(pid):
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    return False
 
 
 def _zombie(pid: int) -> bool:

@@ -107,7 +107,7 @@ class CommitLog:
                 elif isinstance(item, Damage):
                     if not item.at_tail and not cut_damage:
                         raise StoreCorruptError(
-                            f"damaged record ({item.reason}) followed by valid records; "
+                            f"damaged record ({item.reason}, log offset {item.offset}) followed by valid records; "
                             "inspect with `mqctl dump --verify`, or set "
                             "store.recover_cut_damage = true to cut the log there",
                             seg.path, item.offset - seg.start,
