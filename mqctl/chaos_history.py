@@ -1,0 +1,202 @@
+"""Checking a chaos drill's history (sans-IO): what producers were told against what consumers got.
+
+Producers record every send attempt: its key (unique per drill), when it started and ended, and
+its outcome: acknowledged (with the queue and queue offset the broker assigned), failed (the
+broker said no: nothing was stored), or unknown (a timeout or a lost connection: it may or may
+not be stored). Consumers record every delivery: key, queue, queue offset and when.
+
+The verdict, as RocketMQ users would judge it:
+
+- **lost**: acknowledged, never delivered. The only failure the replication modes differ on:
+  sync and dledger promise none; async may lose what the master acknowledged and had not yet
+  shipped to its slave when it died (reported with its window, allowed).
+- **phantom**: delivered, never attempted. Always a failure (a store that invents messages).
+- **moved**: delivered at another queue offset than the one acknowledged. Always a failure: the
+  acknowledgement told the producer where its message is.
+- **duplicated**: delivered more than once. RocketMQ delivers at least once (a rebalance or a
+  consumer restart redelivers from the last committed offset): reported, allowed.
+- **reordered**: a message delivered for the first time after one of the same queue with a higher
+  queue offset (skipped, then delivered later). Reported.
+- **unavailability windows**: stretches in which every send attempt failed or went unanswered,
+  from the first such attempt to the next acknowledgement; with the fault that was active, the
+  time from the fault's heal to the first acknowledgement after it (its recovery time).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+Outcome = Literal["ok", "failed", "unknown"]
+EXAMPLES_MAX = 10  # examples of each finding kept in a report
+
+
+@dataclass(frozen=True, slots=True)
+class SendAttempt:
+    key: str
+    started: float
+    ended: float
+    outcome: Outcome
+    queue: str = ""  # "broker-a/3" when acknowledged
+    queue_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    key: str
+    queue: str
+    queue_offset: int
+    at: float
+    consumer: str = "c0"
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpan:
+    """A fault as it was injected: active from ``started`` until ``healed``."""
+
+    kind: str
+    target: str
+    started: float
+    healed: float
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Sends failing from ``started`` to ``ended`` (the next acknowledgement; None: never)."""
+
+    started: float
+    ended: float | None
+    attempts: int
+
+    @property
+    def length(self) -> float | None:
+        return None if self.ended is None else self.ended - self.started
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    fault: FaultSpan
+    first_ack_after_heal: float | None  # seconds after the heal (None: none came)
+
+
+@dataclass
+class Verdict:
+    attempts: int = 0
+    acknowledged: int = 0
+    failed: int = 0
+    unknown: int = 0
+    delivered: int = 0
+    lost: list[str] = field(default_factory=list)
+    phantom: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    reordered: list[str] = field(default_factory=list)
+    loss_window: tuple[float, float] | None = None  # acknowledgement times of the lost, first and last
+    windows: list[Window] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)
+
+    def broken_promises(self, loss_allowed: bool) -> list[str]:
+        """What the drill must fail on: loss unless the mode allows it, and always phantoms and
+        moved messages."""
+        problems = []
+        if self.lost and not loss_allowed:
+            problems.append(f"{len(self.lost)} acknowledged message(s) lost")
+        if self.phantom:
+            problems.append(f"{len(self.phantom)} message(s) delivered that were never sent")
+        if self.moved:
+            problems.append(f"{len(self.moved)} message(s) delivered at another queue offset than acknowledged")
+        return problems
+
+    def summary(self) -> dict[str, object]:
+        """Counts, with a few examples of each finding (JSON-ready)."""
+        return {
+            "attempts": self.attempts, "acknowledged": self.acknowledged, "failed": self.failed,
+            "unknown": self.unknown, "delivered": self.delivered,
+            **{name: {"count": len(keys), "examples": keys[:EXAMPLES_MAX]} for name, keys in (
+                ("lost", self.lost), ("phantom", self.phantom), ("moved", self.moved),
+                ("duplicated", self.duplicated), ("reordered", self.reordered))},
+            "loss_window": self.loss_window,
+            "unavailable": [{"started": w.started, "ended": w.ended, "seconds": w.length, "attempts": w.attempts}
+                            for w in self.windows],
+            "recoveries": [{"fault": r.fault.kind, "target": r.fault.target, "started": r.fault.started,
+                            "healed": r.fault.healed, "first_ack_after_heal_s": r.first_ack_after_heal}
+                           for r in self.recoveries],
+        }
+
+
+def check_history(attempts: Sequence[SendAttempt], deliveries: Sequence[Delivery],
+                  faults: Sequence[FaultSpan] = ()) -> Verdict:
+    """Judge one drill (see the module docstring)."""
+    verdict = Verdict(attempts=len(attempts), delivered=len(deliveries))
+    attempted: set[str] = set()
+    acked: dict[str, SendAttempt] = {}
+    for a in attempts:
+        attempted.add(a.key)
+        if a.outcome == "ok":
+            verdict.acknowledged += 1
+            acked[a.key] = a
+        elif a.outcome == "failed":
+            verdict.failed += 1
+        else:
+            verdict.unknown += 1
+    seen: dict[str, int] = defaultdict(int)
+    for d in deliveries:
+        seen[d.key] += 1
+        if d.key not in attempted:
+            verdict.phantom.append(d.key)
+        ack = acked.get(d.key)
+        if ack is not None and (ack.queue, ack.queue_offset) != (d.queue, d.queue_offset) \
+                and d.key not in verdict.moved:
+            verdict.moved.append(d.key)
+    verdict.duplicated = sorted(k for k, n in seen.items() if n > 1)
+    verdict.lost = sorted((k for k in acked if k not in seen), key=lambda k: acked[k].ended)
+    if verdict.lost:
+        verdict.loss_window = (acked[verdict.lost[0]].ended, acked[verdict.lost[-1]].ended)
+    verdict.reordered = _reordered(deliveries)
+    verdict.windows = unavailability(attempts)
+    verdict.recoveries = [_recovery(f, attempts) for f in faults]
+    return verdict
+
+
+def _reordered(deliveries: Iterable[Delivery]) -> list[str]:
+    """Keys delivered for the first time after a message of the same queue with a higher queue
+    offset: a message skipped and delivered later. A consumer reading again from an earlier
+    offset (a restart, a rebalance) only redelivers, and is counted under duplicates."""
+    highest: dict[str, int] = {}
+    first_time: set[str] = set()
+    out = []
+    for d in deliveries:
+        if d.key in first_time:
+            continue
+        first_time.add(d.key)
+        top = highest.get(d.queue, -1)
+        if d.queue_offset < top:
+            out.append(d.key)
+        highest[d.queue] = max(top, d.queue_offset)
+    return out
+
+
+def unavailability(attempts: Sequence[SendAttempt]) -> list[Window]:
+    """Stretches of failing or unanswered sends between acknowledgements, in time order."""
+    windows = []
+    start: float | None = None
+    count = 0
+    for a in sorted(attempts, key=lambda a: a.ended):
+        if a.outcome == "ok":
+            if start is not None:
+                windows.append(Window(start, a.ended, count))
+                start, count = None, 0
+        else:
+            if start is None:
+                start = a.started
+            count += 1
+    if start is not None:
+        windows.append(Window(start, None, count))
+    return windows
+
+
+def _recovery(fault: FaultSpan, attempts: Sequence[SendAttempt]) -> Recovery:
+    after = [a.ended for a in attempts if a.outcome == "ok" and a.ended >= fault.healed]
+    return Recovery(fault, min(after) - fault.healed if after else None)

@@ -1,0 +1,88 @@
+"""The chaos drill's verdict on hand-made histories, and its seeded fault schedule."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from mqctl.chaos_history import Delivery, FaultSpan, SendAttempt, check_history, unavailability
+from mqctl.chaos_schedule import DRAIN_SECONDS, WARMUP_SECONDS, parse_faults, plan_faults
+
+
+def ok(key: str, at: float, queue: str = "broker-a/0", offset: int = 0) -> SendAttempt:
+    return SendAttempt(key, at - 0.01, at, "ok", queue, offset)
+
+
+def got(key: str, offset: int, at: float = 100.0, queue: str = "broker-a/0", consumer: str = "c0") -> Delivery:
+    return Delivery(key, queue, offset, at, consumer)
+
+
+def test_a_clean_history_breaks_no_promise():
+    sends = [ok(f"k{i}", i, offset=i) for i in range(5)]
+    verdict = check_history(sends, [got(f"k{i}", i) for i in range(5)])
+    assert verdict.broken_promises(loss_allowed=False) == []
+    assert (verdict.acknowledged, verdict.delivered, verdict.lost, verdict.windows) == (5, 5, [], [])
+
+
+def test_lost_messages_fail_sync_and_dledger_and_give_async_a_loss_window():
+    sends = [ok("a", 1.0, offset=0), ok("b", 2.0, offset=1), ok("c", 3.0, offset=2), ok("d", 4.0, offset=3)]
+    verdict = check_history(sends, [got("a", 0), got("d", 3)])
+    assert verdict.lost == ["b", "c"] and verdict.loss_window == (2.0, 3.0)
+    assert verdict.broken_promises(loss_allowed=False) == ["2 acknowledged message(s) lost"]
+    assert verdict.broken_promises(loss_allowed=True) == []
+
+
+def test_unknown_and_failed_sends_may_be_delivered_or_not_but_nothing_unsent_may_appear():
+    sends = [ok("a", 1.0), SendAttempt("b", 1.0, 4.0, "unknown"), SendAttempt("c", 4.0, 4.1, "failed")]
+    verdict = check_history(sends, [got("a", 0), got("b", 1), got("ghost", 2)])
+    assert verdict.lost == [] and verdict.phantom == ["ghost"]
+    assert verdict.broken_promises(loss_allowed=True) == ["1 message(s) delivered that were never sent"]
+
+
+def test_a_message_at_another_offset_than_acknowledged_is_moved():
+    verdict = check_history([ok("a", 1.0, offset=5)], [got("a", 6)])
+    assert verdict.moved == ["a"] and verdict.broken_promises(loss_allowed=True)
+
+
+def test_redelivery_after_a_rewind_is_duplication_not_reordering_but_a_skipped_message_is_reordered():
+    sends = [ok(f"k{i}", i, offset=i) for i in range(4)]
+    rewind = [got("k0", 0), got("k1", 1), got("k2", 2), got("k1", 1), got("k2", 2), got("k3", 3)]
+    verdict = check_history(sends, rewind)
+    assert verdict.duplicated == ["k1", "k2"] and verdict.reordered == []
+    skipped = check_history(sends, [got("k0", 0), got("k2", 2), got("k1", 1), got("k3", 3)])
+    assert skipped.reordered == ["k1"] and skipped.duplicated == []
+    other_queue = check_history([ok("x", 1.0, "broker-a/1", 0), *sends], [got("k3", 3), got("x", 0, queue="broker-a/1")])
+    assert other_queue.reordered == []
+
+
+def test_unavailability_windows_and_recovery_after_a_heal():
+    sends = [ok("a", 1.0), SendAttempt("b", 2.0, 5.0, "unknown"), SendAttempt("c", 5.0, 5.5, "failed"),
+             ok("d", 7.0), SendAttempt("e", 8.0, 9.0, "failed")]
+    windows = unavailability(sends)
+    assert [(w.started, w.ended, w.attempts) for w in windows] == [(2.0, 7.0, 2), (8.0, None, 1)]
+    assert windows[0].length == 5.0 and windows[1].length is None
+    verdict = check_history(sends, [got("a", 0), got("d", 1)], [FaultSpan("kill", "broker-a-0", 1.5, 6.0),
+                                                                 FaultSpan("pause", "broker-a-0", 7.5, 8.5)])
+    assert [r.first_ack_after_heal for r in verdict.recoveries] == [1.0, None]
+    summary = verdict.summary()
+    assert summary["moved"]["count"] == 1 and summary["recoveries"][0]["first_ack_after_heal_s"] == 1.0
+
+
+def test_a_seed_always_gives_the_same_schedule_within_the_drill():
+    nodes = ["broker-a-0", "broker-a-1", "broker-a-2"]
+    first = plan_faults(7, ["kill", "pause", "partition"], nodes, 60)
+    assert first == plan_faults(7, ["kill", "pause", "partition"], nodes, 60)
+    assert first != plan_faults(8, ["kill", "pause", "partition"], nodes, 60)
+    assert first[0].at == WARMUP_SECONDS and len(first) >= 4
+    assert all(f.heal_at <= 60 - DRAIN_SECONDS for f in first)
+    assert all(b.at > a.heal_at for a, b in itertools.pairwise(first))  # one fault at a time
+    assert {f.kind for f in first} <= {"kill", "pause", "partition"} and {f.target for f in first} <= set(nodes)
+    assert plan_faults(7, ["kill"], nodes, 5) == []
+
+
+def test_fault_kinds_are_checked():
+    assert parse_faults("kill, pause") == ("kill", "pause")
+    for bad in ("", "kill,flood"):
+        with pytest.raises(ValueError, match="faults must be"):
+            parse_faults(bad)
