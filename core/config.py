@@ -221,9 +221,14 @@ class BrokerNode:
     # proxy or NAT in front of the broker (RocketMQ's brokerIP1). Nodes still reach each other
     # on ``listen``, and records keep ``listen`` as their store host.
     advertise: str = ""
+    # the address the other members of the group reach this node's HA / raft port through,
+    # when it is not listen's port + 1 (a proxy in front of it)
+    ha_advertise: str = ""
 
     def __post_init__(self) -> None:
         _check_listen("broker", self.name, self.listen)
+        if self.ha_advertise:
+            _check_listen("broker", self.name, self.ha_advertise, "ha_advertise")
         if self.advertise:
             _check_listen("broker", self.name, self.advertise, "advertise")
             if self.advertise.endswith(":0"):

@@ -11,8 +11,9 @@ The verdict, as RocketMQ users would judge it:
   sync and dledger promise none; async may lose what the master acknowledged and had not yet
   shipped to its slave when it died (reported with its window, allowed).
 - **phantom**: delivered, never attempted. Always a failure (a store that invents messages).
-- **moved**: delivered at another queue offset than the one acknowledged. Always a failure: the
-  acknowledgement told the producer where its message is.
+- **moved**: delivered, but never at the queue offset acknowledged. Always a failure: the
+  acknowledgement told the producer where its message is. (A send retried after an unknown
+  outcome may also be stored a second time elsewhere: that copy is a duplicate.)
 - **duplicated**: delivered more than once. RocketMQ delivers at least once (a rebalance or a
   consumer restart redelivers from the last committed offset): reported, allowed.
 - **reordered**: a message delivered for the first time after one of the same queue with a higher
@@ -142,14 +143,14 @@ def check_history(attempts: Sequence[SendAttempt], deliveries: Sequence[Delivery
         else:
             verdict.unknown += 1
     seen: dict[str, int] = defaultdict(int)
+    places: dict[str, set[tuple[str, int]]] = defaultdict(set)
     for d in deliveries:
         seen[d.key] += 1
+        places[d.key].add((d.queue, d.queue_offset))
         if d.key not in attempted:
             verdict.phantom.append(d.key)
-        ack = acked.get(d.key)
-        if ack is not None and (ack.queue, ack.queue_offset) != (d.queue, d.queue_offset) \
-                and d.key not in verdict.moved:
-            verdict.moved.append(d.key)
+    # a send retried after an unknown outcome may be stored twice: only the acknowledged place counts
+    verdict.moved = sorted(k for k, a in acked.items() if k in places and (a.queue, a.queue_offset) not in places[k])
     verdict.duplicated = sorted(k for k, n in seen.items() if n > 1)
     verdict.lost = sorted((k for k in acked if k not in seen), key=lambda k: acked[k].ended)
     if verdict.lost:

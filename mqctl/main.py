@@ -13,6 +13,7 @@ from core.errors import CoreError
 from mqctl import client_cmds, nodes_cmd
 from mqctl.analyze_cmd import analyze
 from mqctl.bench import bench_app
+from mqctl.chaos_cmd import chaos
 from mqctl.config_cmd import config_app
 from mqctl.consumer_cmd import consumer_app
 from mqctl.dump import dump
@@ -42,6 +43,7 @@ app.add_typer(message_app, name="message")
 app.command("dump")(dump)
 app.command("analyze")(analyze)
 app.add_typer(bench_app, name="bench")
+app.command("chaos")(chaos)
 app.add_typer(config_app, name="config")
 app.add_typer(leader_app, name="leader")
 

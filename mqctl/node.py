@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import signal
 import sys
@@ -17,6 +18,7 @@ import trio
 from core.broker.server import serve_broker
 from core.config import Config, load_config
 from core.errors import CoreError
+from core.remoting.client import connect_from, split_address
 from core.remoting.signing import acl_credentials, use_credentials
 from core.namesrv.server import serve_nameserver
 from plugins import plugin_host
@@ -50,6 +52,21 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             return
 
 
+def loopback_host(config: Config, name: str) -> str | None:
+    """The node's listen host when it is a loopback address of its own (127.0.0.12): its
+    outgoing connections then start there too, so peers and drills can tell it apart. Other
+    hosts are left to the system's routing."""
+    node = config.nameserver(name) or config.broker_node(name)
+    if node is None:
+        return None
+    host = split_address(node.listen)[0]
+    try:
+        own = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return host if own.is_loopback and host != "127.0.0.1" else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mqctl.node")
     parser.add_argument("--config", type=Path, required=True)
@@ -61,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         use_credentials(acl_credentials(config))  # a slave's requests to its master are signed
+        connect_from(loopback_host(config, args.node))
         trio.run(run_node, config, args.node)
     except CoreError as exc:
         log.error("%s", exc)

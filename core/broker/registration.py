@@ -25,7 +25,7 @@ MASTER_SEARCH_INTERVAL_S = 1.0
 
 def _ext(broker: Broker) -> dict[str, str]:
     return {"brokerName": broker.node.name, "brokerAddr": broker.address, "clusterName": broker.cluster,
-            "haServerAddr": broker.ha_address, "brokerId": str(broker.replication.broker_id)}
+            "haServerAddr": broker.node.ha_advertise or broker.ha_address, "brokerId": str(broker.replication.broker_id)}
 
 
 async def register_all(broker: Broker, client: RemotingClient, namesrv: list[str]) -> int:

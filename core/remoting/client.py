@@ -16,6 +16,21 @@ from core.remoting.signing import Credentials, process_credentials, sign
 
 CONNECT_TIMEOUT_S = 3.0
 
+_source_host: str | None = None  # where this process's outgoing connections start (None: any)
+
+
+def connect_from(host: str | None) -> None:
+    """Open this process's outgoing connections from ``host``: a node listening on its own
+    loopback address (127.0.0.12, say) is then recognisable by that address to every peer it
+    calls, which is how `mqctl chaos` partitions chosen nodes."""
+    global _source_host
+    _source_host = host
+
+
+def outgoing_host() -> str | None:
+    """The ``local_address`` for outgoing connections (None: the system's choice)."""
+    return _source_host
+
 
 def split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
@@ -50,7 +65,7 @@ class RemotingClient:
             host, port = split_address(address)
             try:
                 with trio.fail_after(self._connect_timeout_s):
-                    stream = await trio.open_tcp_stream(host, port)
+                    stream = await trio.open_tcp_stream(host, port, local_address=_source_host)
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
             conn = Connection(stream, self._processor, remote=address,

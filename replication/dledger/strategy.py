@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 
 
 def raft_address(node: BrokerNode) -> str:
-    """A member's raft port: its broker port + 1 (the HA port of the other modes)."""
+    """Where the other members reach a member's raft port: its ``ha_advertise``, else its broker
+    port + 1 (the HA port of the other modes)."""
+    if node.ha_advertise:
+        return node.ha_advertise
     host, port = split_address(node.listen)
     return f"{host}:{port + 1}"
 

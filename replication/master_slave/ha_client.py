@@ -9,7 +9,7 @@ import trio
 
 from core.config import ReplicationConfig
 from core.errors import StoreError
-from core.remoting.client import split_address
+from core.remoting.client import outgoing_host, split_address
 from core.store.message_store import MessageStore
 from replication.errors import ProtocolError
 from replication.master_slave.protocol import TransferParser, encode_report
@@ -75,7 +75,7 @@ class HAClient:
         host, port = split_address(address)
         try:
             with trio.fail_after(CONNECT_TIMEOUT_S):
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await trio.open_tcp_stream(host, port, local_address=outgoing_host())
         except (OSError, trio.TooSlowError) as exc:
             log.debug("cannot reach master HA %s: %s", address, exc)
             return False

@@ -43,6 +43,9 @@ def test_unknown_and_failed_sends_may_be_delivered_or_not_but_nothing_unsent_may
 def test_a_message_at_another_offset_than_acknowledged_is_moved():
     verdict = check_history([ok("a", 1.0, offset=5)], [got("a", 6)])
     assert verdict.moved == ["a"] and verdict.broken_promises(loss_allowed=True)
+    # an unknown first attempt stored at 4, the retry acknowledged at 5: a duplicate, not moved
+    retried = check_history([SendAttempt("a", 0.0, 1.0, "unknown"), ok("a", 2.0, offset=5)], [got("a", 4), got("a", 5)])
+    assert retried.moved == [] and retried.duplicated == ["a"] and retried.lost == []
 
 
 def test_redelivery_after_a_rewind_is_duplication_not_reordering_but_a_skipped_message_is_reordered():

@@ -1,0 +1,179 @@
+"""The cluster a chaos drill runs on: a name server and one broker group of the chosen mode, each
+broker on a loopback address of its own (127.0.0.11, .12, ...) behind fault proxies.
+
+```
+ clients (127.0.0.1) ----> proxy :Q (advertise) ----> broker listen :P
+ other members ----------> proxy :R (ha_advertise) -> broker HA / raft port :P+1
+ brokers ----------------> name server (direct)
+```
+
+Every link into a broker passes one of its proxies, and a broker connects out from its own
+address (see :func:`core.remoting.client.connect_from`), so a proxy can tell who calls: a
+partition of node X drops and refuses everything X's proxies carry and everything the other
+proxies carry from X. Name server links are not proxied: an isolated broker still registers, as
+a broker cut off from its peers and clients but not from the name server would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from core.config import Config, load_config
+from mqctl.fault_proxy import FaultProxy
+from mqctl.nodes_cmd import start_nodes
+from mqctl.processes import NodeSpec, nodes_of, running_pid, stop
+
+GROUP = "broker-a"
+MEMBERS = {"async": 2, "sync": 2, "dledger": 3}
+NAMESRV_HOST = "127.0.0.10"
+START_TIMEOUT_S = 60.0
+
+
+def node_host(index: int) -> str:
+    return f"127.0.0.{11 + index}"
+
+
+def _free_pair(host: str) -> int:
+    """A port free on ``host`` with the next one free too (the HA port)."""
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port: int = s.getsockname()[1]
+        with socket.socket() as s2:
+            try:
+                s2.bind((host, port + 1))
+            except OSError:
+                continue
+        return port
+
+
+def _free(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Member:
+    node: str  # "broker-a-0"
+    host: str
+    listen: str
+    advertise: str  # its client proxy
+    ha_advertise: str  # its HA / raft proxy
+    proxies: list[FaultProxy] = field(default_factory=list)
+
+
+def write_drill_config(directory: Path, mode: str) -> tuple[Path, list[Member]]:
+    """The drill's ``conf.toml`` in ``directory``; returns it and the group's members."""
+    members = []
+    for i in range(MEMBERS[mode]):
+        host = node_host(i)
+        port = _free_pair(host)
+        members.append(Member(f"{GROUP}-{i}", host, f"{host}:{port}", f"{host}:{_free(host)}", f"{host}:{_free(host)}"))
+    brokers = "".join(
+        f'[[brokers]]\nname = "{GROUP}"\nid = {i}\nlisten = "{m.listen}"\nadvertise = "{m.advertise}"\n'
+        f'ha_advertise = "{m.ha_advertise}"\n' for i, m in enumerate(members))
+    path = directory / "conf.toml"
+    path.write_text(f"""# written by mqctl chaos: one broker group behind fault proxies
+[cluster]
+data_dir = "data"
+[store]
+segment_size_bytes = 16777216
+index_slots = 10007
+index_entries = 40000
+[replication]
+mode = "{mode}"
+ha_heartbeat_interval_ms = 1000
+ha_housekeeping_interval_ms = 5000
+ha_reconnect_interval_ms = 1000
+[broker]
+register_interval_ms = 2000
+[namesrv]
+scan_interval_ms = 2000
+broker_expiry_ms = 10000
+[[nameservers]]
+name = "ns1"
+listen = "{NAMESRV_HOST}:{_free(NAMESRV_HOST)}"
+{brokers}""")
+    return path, members
+
+
+class DrillCluster:
+    """The drill's processes and proxies, and the faults they can be put through."""
+
+    def __init__(self, directory: Path, mode: str) -> None:
+        self.mode = mode
+        self.path, self.members = write_drill_config(directory, mode)
+        self.config: Config = load_config(self.path)
+        self.specs = {s.name: s for s in nodes_of(self.config)}
+        self._paused: set[str] = set()
+
+    @property
+    def namesrv(self) -> list[str]:
+        return self.config.namesrv_addresses
+
+    def member(self, node: str) -> Member:
+        return next(m for m in self.members if m.node == node)
+
+    async def serve_proxies(self, nursery: trio.Nursery) -> None:
+        """Put the proxies in front of every member (before the members start)."""
+        for m in self.members:
+            host, port = m.listen.rsplit(":", 1)
+            for listen, upstream in ((m.advertise, m.listen), (m.ha_advertise, f"{host}:{int(port) + 1}")):
+                proxy = FaultProxy(upstream)
+                await nursery.start(proxy.serve, listen)
+                m.proxies.append(proxy)
+
+    def start(self) -> None:
+        """Start every node and wait until they serve and registered (blocking)."""
+        start_nodes(self.config, list(self.specs.values()), time.monotonic() + START_TIMEOUT_S)
+
+    def stop(self) -> None:
+        for node in self._paused:
+            self._signal(node, signal.SIGCONT)
+        for spec in reversed(list(self.specs.values())):
+            stop(self.config, spec, force=False)
+
+    # ---------------------------------------------------------------- faults (blocking ones)
+
+    def kill(self, node: str) -> None:
+        stop(self.config, self.specs[node], force=True)  # SIGKILL; reaps it and clears its pid file
+
+    def restart(self, node: str) -> None:
+        spec: NodeSpec = self.specs[node]
+        start_nodes(self.config, [spec], time.monotonic() + START_TIMEOUT_S)
+
+    def pause(self, node: str) -> None:
+        self._signal(node, signal.SIGSTOP)
+        self._paused.add(node)
+
+    def resume(self, node: str) -> None:
+        self._signal(node, signal.SIGCONT)
+        self._paused.discard(node)
+
+    def _signal(self, node: str, sig: signal.Signals) -> None:
+        pid = running_pid(self.config, node)
+        if pid is not None:
+            os.kill(pid, sig)
+
+    # ---------------------------------------------------------------- partitions (proxies)
+
+    def isolate(self, node: str) -> None:
+        """Cut every link to and from ``node``: its proxies refuse everyone, the others it."""
+        target = self.member(node)
+        for m in self.members:
+            for proxy in m.proxies:
+                proxy.cut() if m is target else proxy.cut_from({target.host})
+
+    def reconnect(self, node: str) -> None:
+        target = self.member(node)
+        for m in self.members:
+            for proxy in m.proxies:
+                proxy.heal() if m is target else proxy.heal_from({target.host})

@@ -1,0 +1,80 @@
+"""A chaos drill's traffic: producers that record every send attempt and a consumer group that
+records every delivery, in the shapes :mod:`mqctl.chaos_history` judges."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from core.client.consumer import PushConsumer
+from core.client.producer import Message, Producer
+from core.client.runtime import ClientError, ClientRuntime
+from core.errors import RemotingError
+from formats.record import MessageRecord
+from mqctl.chaos_history import Delivery, SendAttempt
+
+TOPIC = "ChaosDrill"
+GROUP = "chaos-drill"
+SENDERS = 4
+SEND_INTERVAL_S = 0.04  # per sender: about 100 messages a second in all
+
+
+class History:
+    """What the drill saw, times in seconds since ``t0`` (trio's clock)."""
+
+    def __init__(self, t0: float, broker: str) -> None:
+        self.t0 = t0
+        self.broker = broker
+        self.attempts: list[SendAttempt] = []
+        self.deliveries: list[Delivery] = []
+        self.delivered_keys: set[str] = set()
+
+    def now(self) -> float:
+        return round(trio.current_time() - self.t0, 3)
+
+    def acked_keys(self) -> set[str]:
+        return {a.key for a in self.attempts if a.outcome == "ok"}
+
+
+async def produce(runtime: ClientRuntime, history: History, until: trio.Event, sender: int) -> None:
+    """Send ``<sender>-<n>`` messages until ``until`` is set. SEND_OK is an acknowledgement; a
+    stored-but-not-replicated status (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) and every error
+    are unknown outcomes: the message may or may not be kept."""
+    producer = Producer(runtime, f"{GROUP}-producer")
+    n = 0
+    while not until.is_set():
+        key = f"{sender}-{n}"
+        n += 1
+        started = history.now()
+        try:
+            result = await producer.send(Message(TOPIC, key.encode(), keys=[key]))
+        except (ClientError, RemotingError):
+            history.attempts.append(SendAttempt(key, started, history.now(), "unknown"))
+        else:
+            if result.status == "SEND_OK":
+                history.attempts.append(SendAttempt(key, started, history.now(), "ok",
+                                                    f"{result.queue.broker_name}/{result.queue.queue_id}",
+                                                    result.queue_offset))
+            else:
+                history.attempts.append(SendAttempt(key, started, history.now(), "unknown"))
+        with trio.move_on_after(SEND_INTERVAL_S):
+            await until.wait()
+
+
+def recorder(history: History) -> Callable[[list[MessageRecord]], trio.lowlevel.Task | object]:
+    async def handle(records: list[MessageRecord]) -> bool:
+        at = history.now()
+        for rec in records:
+            key = rec.body.decode(errors="replace")
+            history.deliveries.append(Delivery(key, f"{history.broker}/{rec.queue_id}", rec.queue_offset, at))
+            history.delivered_keys.add(key)
+        return True
+    return handle
+
+
+async def start_consumer(runtime: ClientRuntime, history: History) -> PushConsumer:
+    consumer = PushConsumer(runtime, GROUP, recorder(history), from_beginning=True)  # type: ignore[arg-type]
+    consumer.subscribe(TOPIC)
+    await consumer.start()
+    return consumer
