@@ -18,9 +18,9 @@ import trio
 from core.broker.server import serve_broker
 from core.config import Config, load_config
 from core.errors import CoreError
+from core.namesrv.server import serve_nameserver
 from core.remoting.client import connect_from, split_address
 from core.remoting.signing import acl_credentials, use_credentials
-from core.namesrv.server import serve_nameserver
 from plugins import plugin_host
 
 log = logging.getLogger("mqctl.node")
