@@ -7,6 +7,9 @@ broker on a loopback address of its own (127.0.0.11, .12, ...) behind fault prox
  brokers ----------------> name server (direct)
 ```
 
+With ``disk-full`` among the faults every broker's store is on a small tmpfs of its own (mounting
+needs root), which a fault fills past ``store.disk_max_used_ratio`` and its heal empties again.
+
 Every link into a broker passes one of its proxies, and a broker connects out from its own
 address (see :func:`core.remoting.client.connect_from`), so a proxy can tell who calls: a
 partition of node X drops and refuses everything X's proxies carry and everything the other
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +30,8 @@ from pathlib import Path
 import trio
 
 from core.config import Config, load_config
+from core.store.retention import disk_used_ratio
+from mqctl.errors import CliError
 from mqctl.fault_proxy import FaultProxy
 from mqctl.nodes_cmd import start_nodes
 from mqctl.processes import NodeSpec, nodes_of, running_pid, stop
@@ -34,6 +40,9 @@ GROUP = "broker-a"
 MEMBERS = {"async": 2, "sync": 2, "dledger": 3}
 NAMESRV_HOST = "127.0.0.10"
 START_TIMEOUT_S = 60.0
+DISK_BYTES = 256 * 1024 * 1024  # each broker's tmpfs when disks are drilled
+FILLED_RATIO = 0.95  # a full disk: above the store's 0.90 limit
+FILLER = "chaos-disk-filler"
 
 
 def node_host(index: int) -> str:
@@ -114,6 +123,28 @@ class DrillCluster:
         self.config: Config = load_config(self.path)
         self.specs = {s.name: s for s in nodes_of(self.config)}
         self._paused: set[str] = set()
+        self._mounted: list[Path] = []
+
+    def store_dir(self, node: str) -> Path:
+        return self.config.data_dir / node
+
+    def mount_disks(self) -> None:
+        """Give every broker a tmpfs of its own for its store (before the brokers start)."""
+        for m in self.members:
+            where = self.store_dir(m.node)
+            where.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(where)],
+                                  capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                self.unmount_disks()
+                raise CliError(f"the disk-full fault needs a tmpfs per broker and could not mount one "
+                               f"({done.stderr.strip() or 'mount failed'}); run as root or drop disk-full")
+            self._mounted.append(where)
+
+    def unmount_disks(self) -> None:
+        for where in self._mounted:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+        self._mounted.clear()
 
     @property
     def namesrv(self) -> list[str]:
@@ -140,6 +171,7 @@ class DrillCluster:
             self._signal(node, signal.SIGCONT)
         for spec in reversed(list(self.specs.values())):
             stop(self.config, spec, force=False)
+        self.unmount_disks()
 
     # ---------------------------------------------------------------- faults (blocking ones)
 
@@ -157,6 +189,19 @@ class DrillCluster:
     def resume(self, node: str) -> None:
         self._signal(node, signal.SIGCONT)
         self._paused.discard(node)
+
+    def fill_disk(self, node: str) -> None:
+        """Take the node's disk past the store's limit: its store refuses writes within a check."""
+        where = self.store_dir(node)
+        st = os.statvfs(where)
+        want = int(st.f_blocks * FILLED_RATIO) - (st.f_blocks - st.f_bfree)
+        if want > 0:
+            with open(where / FILLER, "wb") as f:
+                os.posix_fallocate(f.fileno(), 0, want * st.f_frsize)
+        assert disk_used_ratio(where) >= FILLED_RATIO - 0.01
+
+    def free_disk(self, node: str) -> None:
+        (self.store_dir(node) / FILLER).unlink(missing_ok=True)
 
     def _signal(self, node: str, sig: signal.Signals) -> None:
         pid = running_pid(self.config, node)

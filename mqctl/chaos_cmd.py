@@ -5,7 +5,7 @@
          every broker behind fault proxies (mqctl/chaos_cluster.py)
  run:    4 producers record every send attempt, a consumer group every delivery
          (mqctl/chaos_traffic.py); faults from a seeded schedule (mqctl/chaos_schedule.py):
-         kill -> restart, pause -> resume, partition -> reconnect, one at a time
+         kill -> restart, pause -> resume, partition -> reconnect, disk-full -> free, one at a time
  drain:  stop sending, wait until every acknowledged message is delivered (or nothing more comes)
  judge:  lost, phantom, moved, duplicated, reordered, unavailability, recovery per fault
          (mqctl/chaos_history.py); exit 1 on a broken promise: loss in sync or dledger mode,
@@ -37,7 +37,6 @@ from mqctl.errors import CliError
 
 DRAIN_TIMEOUT_S = 60.0
 DRAIN_QUIET_S = 15.0  # no delivery for this long ends the drain early
-SUPPORTED = ("kill", "pause", "partition")
 LOSS_ALLOWED = {"async": True, "sync": False, "dledger": False}
 
 
@@ -50,7 +49,8 @@ def parse_duration(text: str) -> float:
 
 def chaos(
     mode: Annotated[str, typer.Option(help="Replication mode to drill: async, sync or dledger.")] = "dledger",
-    faults: Annotated[str, typer.Option(help="Comma list of kill, pause, partition.")] = "kill,pause,partition",
+    faults: Annotated[str, typer.Option(help="Comma list of kill, pause, partition, disk-full "
+                                        "(disk-full mounts a tmpfs per broker: root only).")] = "kill,pause,partition",
     duration: Annotated[str, typer.Option(help="How long faults are injected (then heal and drain): 60s, 10m.")] = "60s",
     seed: Annotated[int, typer.Option(help="Seed of the fault schedule (the same seed, the same schedule).")] = 1,
     directory: Annotated[Path | None, typer.Option("--dir", help="Where the drill's cluster lives "
@@ -64,14 +64,16 @@ def chaos(
         kinds = parse_faults(faults)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    unsupported = [k for k in kinds if k not in SUPPORTED]
-    if unsupported:
-        raise CliError(f"fault kind(s) {', '.join(unsupported)} not available yet (available: {', '.join(SUPPORTED)})")
     seconds = parse_duration(duration)
     root = directory or Path(tempfile.mkdtemp(prefix="mqctl-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
-    with client_log(root / "chaos.log"):
-        found = trio.run(drill, root, mode, kinds, seconds, seed)
+    try:
+        with client_log(root / "chaos.log"):
+            found = trio.run(drill, root, mode, kinds, seconds, seed)
+    except BaseException:
+        if directory is None:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
     # the evidence stays when a promise was broken: the nodes' stores and logs, the client's log
     keep = directory is not None or bool(found["broken_promises"])
     found["kept"] = str(root) if keep else None
@@ -105,6 +107,8 @@ async def drill(root: Path, mode: str, kinds: tuple[str, ...], seconds: float, s
     cluster = DrillCluster(root, mode)
     plan = plan_faults(seed, kinds, [m.node for m in cluster.members], seconds)
     spans: list[FaultSpan] = []
+    if "disk-full" in kinds:
+        cluster.mount_disks()
     async with trio.open_nursery() as proxies:
         await cluster.serve_proxies(proxies)
         try:
@@ -138,6 +142,8 @@ async def inject(cluster: DrillCluster, fault: PlannedFault, history: History) -
         await trio.to_thread.run_sync(cluster.kill, node)
     elif fault.kind == "pause":
         await trio.to_thread.run_sync(cluster.pause, node)
+    elif fault.kind == "disk-full":
+        await trio.to_thread.run_sync(cluster.fill_disk, node)
     else:
         cluster.isolate(node)
     await trio.sleep(fault.lasts)
@@ -145,6 +151,8 @@ async def inject(cluster: DrillCluster, fault: PlannedFault, history: History) -
         await trio.to_thread.run_sync(cluster.restart, node)
     elif fault.kind == "pause":
         await trio.to_thread.run_sync(cluster.resume, node)
+    elif fault.kind == "disk-full":
+        await trio.to_thread.run_sync(cluster.free_disk, node)
     else:
         cluster.reconnect(node)
     return FaultSpan(fault.kind, node, started, history.now())
