@@ -128,7 +128,8 @@ async def drill(root: Path, mode: str, kinds: tuple[str, ...], seconds: float, s
                 await drain(history)
                 await consumer.stop()
         finally:
-            await trio.to_thread.run_sync(cluster.stop)
+            with trio.CancelScope(shield=True):  # also when the drill was cancelled (Ctrl-C, an error)
+                await trio.to_thread.run_sync(cluster.stop)
             proxies.cancel_scope.cancel()
     verdict = check_history(history.attempts, history.deliveries, spans)
     return report(mode, seed, kinds, seconds, spans, verdict)

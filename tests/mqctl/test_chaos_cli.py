@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +44,10 @@ def test_a_short_drill_keeps_the_modes_promises_and_measures_recovery(mode, seed
     done = chaos("--mode", mode, "--seed", str(seed), "--faults", faults, "--duration", "40s", "--json",
                  "--dir", str(tmp_path / "drill"), env=dict(subprocess_env, HOME=str(tmp_path)))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    drill = str(tmp_path / "drill")
+    left = subprocess.run(["pgrep", "-f", f"mqctl.node --config {drill}"], capture_output=True, text=True, check=False)
+    assert left.stdout == "", f"the drill left nodes running: {left.stdout}"
+    assert drill not in Path("/proc/mounts").read_text(), "the drill left its disks mounted"
     report = json.loads(done.stdout)
     assert {f["kind"] for f in report["injected"]} == set(faults.split(","))
     assert report["acknowledged"] > 500 and report["delivered"] >= report["acknowledged"]
