@@ -21,7 +21,7 @@ import logging
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -137,26 +137,27 @@ async def drill(root: Path, mode: str, kinds: tuple[str, ...], seconds: float, s
 
 async def inject(cluster: DrillCluster, fault: PlannedFault, history: History) -> FaultSpan:
     """Inject ``fault``, hold it for its time, heal it; the span as it happened."""
+    # per kind: inject, heal, and whether they block (process work runs in a thread; the
+    # proxies belong to this loop)
+    actions: dict[str, tuple[Callable[[str], None], Callable[[str], None], bool]] = {
+        "kill": (cluster.kill, cluster.restart, True),
+        "pause": (cluster.pause, cluster.resume, True),
+        "disk-full": (cluster.fill_disk, cluster.free_disk, True),
+        "partition": (cluster.isolate, cluster.reconnect, False),
+    }
+    hurt, heal, blocking = actions[fault.kind]
+
+    async def do(step: Callable[[str], None]) -> None:
+        if blocking:
+            await trio.to_thread.run_sync(step, fault.target)
+        else:
+            step(fault.target)
+
     started = history.now()
-    node = fault.target
-    if fault.kind == "kill":
-        await trio.to_thread.run_sync(cluster.kill, node)
-    elif fault.kind == "pause":
-        await trio.to_thread.run_sync(cluster.pause, node)
-    elif fault.kind == "disk-full":
-        await trio.to_thread.run_sync(cluster.fill_disk, node)
-    else:
-        cluster.isolate(node)
+    await do(hurt)
     await trio.sleep(fault.lasts)
-    if fault.kind == "kill":
-        await trio.to_thread.run_sync(cluster.restart, node)
-    elif fault.kind == "pause":
-        await trio.to_thread.run_sync(cluster.resume, node)
-    elif fault.kind == "disk-full":
-        await trio.to_thread.run_sync(cluster.free_disk, node)
-    else:
-        cluster.reconnect(node)
-    return FaultSpan(fault.kind, node, started, history.now())
+    await do(heal)
+    return FaultSpan(fault.kind, fault.target, started, history.now())
 
 
 async def drain(history: History) -> None:
