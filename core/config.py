@@ -205,9 +205,18 @@ def _check_listen(kind: str, name: str, listen: str, key: str = "listen") -> Non
 class NameServerNode:
     name: str
     listen: str = "127.0.0.1:9876"
+    # the address brokers and clients use, when it is not ``listen`` (a proxy in front of it)
+    advertise: str = ""
 
     def __post_init__(self) -> None:
         _check_listen("nameserver", self.name, self.listen)
+        if self.advertise:
+            _check_listen("nameserver", self.name, self.advertise, "advertise")
+
+    @property
+    def address(self) -> str:
+        """Where brokers register and clients ask for routes."""
+        return self.advertise or self.listen
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +296,7 @@ class Config:
 
     @property
     def namesrv_addresses(self) -> list[str]:
-        return [ns.listen for ns in self.nameservers]
+        return [ns.address for ns in self.nameservers]
 
     def node_names(self) -> list[str]:
         return [ns.name for ns in self.nameservers] + [b.node for b in self.brokers]

@@ -4,7 +4,7 @@ broker on a loopback address of its own (127.0.0.11, .12, ...) behind fault prox
 ```
  clients (127.0.0.1) ----> proxy :Q (advertise) ----> broker listen :P
  other members ----------> proxy :R (ha_advertise) -> broker HA / raft port :P+1
- brokers ----------------> name server (direct)
+ brokers, clients -------> proxy (advertise) -------> name server
 ```
 
 With ``disk-full`` among the faults every broker's store is on a small tmpfs of its own (mounting
@@ -13,8 +13,7 @@ needs root), which a fault fills past ``store.disk_max_used_ratio`` and its heal
 Every link into a broker passes one of its proxies, and a broker connects out from its own
 address (see :func:`core.remoting.client.connect_from`), so a proxy can tell who calls: a
 partition of node X drops and refuses everything X's proxies carry and everything the other
-proxies carry from X. Name server links are not proxied: an isolated broker still registers, as
-a broker cut off from its peers and clients but not from the name server would.
+proxies carry from X, its registrations with the name server included.
 """
 
 from __future__ import annotations
@@ -110,6 +109,7 @@ broker_expiry_ms = 10000
 [[nameservers]]
 name = "ns1"
 listen = "{NAMESRV_HOST}:{_free(NAMESRV_HOST)}"
+advertise = "{NAMESRV_HOST}:{_free(NAMESRV_HOST)}"
 {brokers}""")
     return path, members
 
@@ -124,6 +124,7 @@ class DrillCluster:
         self.specs = {s.name: s for s in nodes_of(self.config)}
         self._paused: set[str] = set()
         self._mounted: list[Path] = []
+        self.namesrv_proxies: list[FaultProxy] = []
 
     def store_dir(self, node: str) -> Path:
         return self.config.data_dir / node
@@ -154,7 +155,11 @@ class DrillCluster:
         return next(m for m in self.members if m.node == node)
 
     async def serve_proxies(self, nursery: trio.Nursery) -> None:
-        """Put the proxies in front of every member (before the members start)."""
+        """Put the proxies in front of the name server and every member (before they start)."""
+        for ns in self.config.nameservers:
+            proxy = FaultProxy(ns.listen)
+            await nursery.start(proxy.serve, ns.advertise)
+            self.namesrv_proxies.append(proxy)
         for m in self.members:
             host, port = m.listen.rsplit(":", 1)
             for listen, upstream in ((m.advertise, m.listen), (m.ha_advertise, f"{host}:{int(port) + 1}")):
@@ -213,12 +218,16 @@ class DrillCluster:
     def isolate(self, node: str) -> None:
         """Cut every link to and from ``node``: its proxies refuse everyone, the others it."""
         target = self.member(node)
+        for proxy in self.namesrv_proxies:
+            proxy.cut_from({target.host})
         for m in self.members:
             for proxy in m.proxies:
                 proxy.cut() if m is target else proxy.cut_from({target.host})
 
     def reconnect(self, node: str) -> None:
         target = self.member(node)
+        for proxy in self.namesrv_proxies:
+            proxy.heal_from({target.host})
         for m in self.members:
             for proxy in m.proxies:
                 proxy.heal() if m is target else proxy.heal_from({target.host})
