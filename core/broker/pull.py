@@ -49,26 +49,16 @@ class HeldCount:
 
 class HeldPull:
     """A held pull, counted against its connection from the moment it is handed back (the
-    connection may start many before the first runs) until it answers or is dropped unrun."""
+    connection may start many before the first runs) until it answers or is cancelled."""
 
     def __init__(self, held: HeldCount, pull: Coroutine[Any, Any, RemotingCommand]) -> None:
-        self._held, self._pull, self._counted = held, pull, True
+        self._held, self._pull = held, pull
         held.count += 1
 
     def __await__(self) -> Generator[Any, Any, RemotingCommand]:
         try:
             return (yield from self._pull.__await__())
         finally:
-            self._release()
-
-    def close(self) -> None:
-        """Drop it unrun (the connection refused it)."""
-        self._pull.close()
-        self._release()
-
-    def _release(self) -> None:
-        if self._counted:
-            self._counted = False
             self._held.count -= 1
 
 

@@ -13,6 +13,7 @@ import heapq
 import inspect
 import itertools
 import logging
+import math
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 RECEIVE_BYTES = 256 * 1024
 OUT_BUFFER_BYTES_MAX = 4 * 1024 * 1024  # queued outgoing bytes before senders wait
 SWEEP_S = 0.05  # how often request deadlines are checked
+
 PENDING_MAX = 65536
 
 
@@ -153,11 +155,17 @@ class Connection:
     async def _reader(self) -> None:
         decoder = FrameDecoder(self.frame_size_max)
         reserved = 0  # of the node's large-frame budget, for the frame being received
+        deadline = math.inf  # by when that frame must be complete
         try:
             while True:
-                try:
-                    data = await self.stream.receive_some(RECEIVE_BYTES)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                with trio.move_on_at(deadline) as waited:
+                    try:
+                        data = await self.stream.receive_some(RECEIVE_BYTES)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        return
+                if waited.cancelled_caught:
+                    log.warning("%s: closing connection: a %d-byte frame not complete within %.0f s",
+                                self.remote, reserved, self.limits.large_frame_s)
                     return
                 if not data:
                     return
@@ -166,20 +174,23 @@ class Connection:
                 except FrameError as exc:
                     log.warning("%s: closing connection: %s", self.remote, exc)
                     return
-                if not await self._handle(items):
-                    return
                 if self.large_frames is not None:
+                    # before the completed frames are handled (that may wait on a slow peer):
+                    # a finished large frame gives its bytes back at once
                     partial = decoder.partial_frame_bytes
                     wanted = partial if partial >= self.limits.large_frame_bytes else 0
                     if wanted != reserved:
                         self.large_frames.release(reserved)
-                        reserved = 0
+                        reserved, deadline = 0, math.inf
                         if wanted and not self.large_frames.reserve(wanted):
                             log.warning("%s: closing connection: a %d-byte frame would pass the node's "
                                         "%d bytes for large frames in progress", self.remote, wanted,
                                         self.large_frames.limit)
                             return
-                        reserved = wanted
+                        if wanted:
+                            reserved, deadline = wanted, trio.current_time() + self.limits.large_frame_s
+                if not await self._handle(items):
+                    return
         finally:
             if self.large_frames is not None:
                 self.large_frames.release(reserved)
@@ -210,6 +221,13 @@ class Connection:
             await self.reply(request, request.reply(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {request.code} not supported"))
             return
+        # refused before the processor runs: a handler may act (store a message) before it
+        # hands back the part that waits, so refusing that part afterwards would be too late
+        size = request_bytes(request)
+        busy = self._busy(size)
+        if busy:
+            await self.reply(request, request.reply(ResponseCode.SYSTEM_BUSY, f"[REJECTREQUEST]system busy: {busy}"))
+            return
         try:
             if self._rpc_hooks:
                 assert self.plugins is not None
@@ -223,14 +241,6 @@ class Connection:
         if type(result) is RemotingCommand:
             await self.reply(request, result)
         elif inspect.isawaitable(result):
-            size = request_bytes(request)
-            busy = self._busy(size)
-            if busy:
-                close = getattr(result, "close", None)  # a coroutine, or an awaitable that counts itself
-                if close is not None:
-                    close()
-                await self.reply(request, request.reply(ResponseCode.SYSTEM_BUSY, f"[REJECTREQUEST]system busy: {busy}"))
-                return
             self._inflight += 1
             self._inflight_bytes += size
             assert self._nursery is not None

@@ -21,6 +21,9 @@ class ConnectionLimits:
     # a frame at least this long reserves its length from the node-wide budget before it is read
     large_frame_bytes: int = 1 * MiB
     large_frames_bytes_max: int = 256 * MiB
+    # such a frame must arrive whole within this: a peer that starts large frames and goes
+    # silent would otherwise hold the budget for good
+    large_frame_s: float = 30.0
 
 
 DEFAULT_LIMITS = ConnectionLimits()

@@ -171,6 +171,23 @@ async def test_requests_in_flight_are_bounded_by_count_and_by_bytes_per_connecti
         assert [a.code for a in got] == [ResponseCode.SYSTEM_BUSY] and "bytes" in got[0].remark
 
 
+async def test_a_large_frame_left_unfinished_gives_its_budget_back(nursery):
+    limits = ConnectionLimits(large_frame_bytes=1000, large_frames_bytes_max=30_000, large_frame_s=0.5)
+    _, addr = await start(nursery, limits=limits, frame_size_max=20_000)
+    port = int(addr.split(":")[1])
+    stalled = await trio.open_tcp_stream("127.0.0.1", port)
+    await stalled.send_all(struct.pack(">ii", 19_996, 0) + b"x" * 100)  # 20 KB declared, then silence
+    await trio.testing.wait_all_tasks_blocked()
+    second = await trio.open_tcp_stream("127.0.0.1", port)
+    await second.send_all(struct.pack(">ii", 19_996, 0))  # 20 KB more would pass the 30 KB budget
+    with trio.fail_after(5):
+        assert await second.receive_some(100) == b""
+        assert await stalled.receive_some(100) == b""  # closed after its 0.5 s
+    async with open_remoting_client() as client:  # the budget is free again: a 15 KB frame passes
+        resp = await client.invoke(addr, RemotingCommand(code=ECHO, body=b"y" * 15_000))
+        assert resp.body == b"y" * 15_000
+
+
 async def test_connections_beyond_the_limit_are_closed_as_they_arrive(nursery):
     _, addr = await start(nursery, limits=ConnectionLimits(connections_max=2))
     port = int(addr.split(":")[1])
