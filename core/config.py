@@ -212,6 +212,8 @@ class NameServerNode:
         _check_listen("nameserver", self.name, self.listen)
         if self.advertise:
             _check_listen("nameserver", self.name, self.advertise, "advertise")
+            if self.advertise.endswith(":0"):
+                raise ConfigError(f"nameserver {self.name!r}: advertise needs a real port, not {self.advertise!r}")
 
     @property
     def address(self) -> str:
@@ -238,6 +240,8 @@ class BrokerNode:
         _check_listen("broker", self.name, self.listen)
         if self.ha_advertise:
             _check_listen("broker", self.name, self.ha_advertise, "ha_advertise")
+            if self.ha_advertise.endswith(":0"):
+                raise ConfigError(f"broker {self.name!r}: ha_advertise needs a real port, not {self.ha_advertise!r}")
         if self.advertise:
             _check_listen("broker", self.name, self.advertise, "advertise")
             if self.advertise.endswith(":0"):

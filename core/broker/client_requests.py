@@ -65,7 +65,7 @@ def _queue(request: RemotingCommand) -> tuple[str, int]:
     topic = request.ext_fields.get("topic")
     if not topic:
         raise HeaderFieldError("the request lacks the field topic")
-    return topic, as_int(request.ext_fields, "queueId")
+    return topic, as_int(request.ext_fields, "queueId", bits=32)
 
 
 def query_consumer_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:

@@ -31,7 +31,7 @@ def handle_end_transaction(broker: Broker, request: RemotingCommand, conn: Conne
     try:
         queue_offset = as_int(ext, "tranStateTableOffset")
         phys_offset = as_int(ext, "commitLogOffset")
-        decision = as_int(ext, "commitOrRollback")
+        decision = as_int(ext, "commitOrRollback", bits=32)
     except HeaderFieldError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     if decision == TRANSACTION_NOT_TYPE:  # the producer does not know yet: a later check asks again

@@ -45,7 +45,7 @@ class QueryHeader:
         for name in ("topic", "key"):
             if not ext.get(name):
                 raise HeaderFieldError(f"the request lacks the field {name}")
-        max_num = as_int(ext, "maxNum")
+        max_num = as_int(ext, "maxNum", bits=32)
         begin_ms, end_ms = as_int(ext, "beginTimestamp"), as_int(ext, "endTimestamp")
         if ext.get(UNIQUE_KEY_QUERY_FLAG) == "true":
             max_num = DEFAULT_QUERY_MAX_NUM

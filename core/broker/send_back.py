@@ -37,8 +37,8 @@ def handle_send_back(broker: Broker, request: RemotingCommand, conn: Connection)
     group = ext.get("group", "")
     try:
         offset = as_int(ext, "offset")
-        delay_level = as_int(ext, "delayLevel", 0)
-        max_times = as_int(ext, "maxReconsumeTimes", broker.settings.retry_max_times)
+        delay_level = as_int(ext, "delayLevel", 0, bits=32)
+        max_times = as_int(ext, "maxReconsumeTimes", broker.settings.retry_max_times, bits=32)
     except HeaderFieldError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     problem = topic_problem(retry_topic(group)) if group else "the request lacks the field group"
