@@ -48,24 +48,31 @@ def node_host(index: int) -> str:
     return f"127.0.0.{11 + index}"
 
 
-def _free_pair(host: str) -> int:
-    """A port free on ``host`` with the next one free too (the HA port)."""
-    while True:
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port: int = s.getsockname()[1]
-        with socket.socket() as s2:
-            try:
-                s2.bind((host, port + 1))
-            except OSError:
+class Ports:
+    """Free ports for the drill, none handed out twice and none a broker's HA port (its + 1)."""
+
+    def __init__(self) -> None:
+        self.taken: set[tuple[str, int]] = set()
+
+    def take(self, host: str, *, with_next: bool = False) -> int:
+        while True:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port: int = s.getsockname()[1]
+            wanted = {(host, port), (host, port + 1)} if with_next else {(host, port)}
+            if wanted & self.taken or (with_next and not _bindable(host, port + 1)):
                 continue
-        return port
+            self.taken |= wanted
+            return port
 
 
-def _free(host: str) -> int:
+def _bindable(host: str, port: int) -> bool:
     with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass
@@ -80,11 +87,13 @@ class Member:
 
 def write_drill_config(directory: Path, mode: str) -> tuple[Path, list[Member]]:
     """The drill's ``conf.toml`` in ``directory``; returns it and the group's members."""
+    ports = Ports()
     members = []
     for i in range(MEMBERS[mode]):
         host = node_host(i)
-        port = _free_pair(host)
-        members.append(Member(f"{GROUP}-{i}", host, f"{host}:{port}", f"{host}:{_free(host)}", f"{host}:{_free(host)}"))
+        port = ports.take(host, with_next=True)
+        members.append(Member(f"{GROUP}-{i}", host, f"{host}:{port}", f"{host}:{ports.take(host)}",
+                              f"{host}:{ports.take(host)}"))
     brokers = "".join(
         f'[[brokers]]\nname = "{GROUP}"\nid = {i}\nlisten = "{m.listen}"\nadvertise = "{m.advertise}"\n'
         f'ha_advertise = "{m.ha_advertise}"\n' for i, m in enumerate(members))
@@ -108,8 +117,8 @@ scan_interval_ms = 2000
 broker_expiry_ms = 10000
 [[nameservers]]
 name = "ns1"
-listen = "{NAMESRV_HOST}:{_free(NAMESRV_HOST)}"
-advertise = "{NAMESRV_HOST}:{_free(NAMESRV_HOST)}"
+listen = "{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}"
+advertise = "{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}"
 {brokers}""")
     return path, members
 

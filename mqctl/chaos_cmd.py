@@ -29,6 +29,7 @@ import trio
 import typer
 
 from core.client.runtime import open_client
+from core.nursery import open_unwrapped_nursery
 from mqctl.chaos_cluster import GROUP, DrillCluster
 from mqctl.chaos_history import FaultSpan, Verdict, check_history
 from mqctl.chaos_schedule import PlannedFault, parse_faults, plan_faults
@@ -65,6 +66,9 @@ def chaos(
     except ValueError as exc:
         raise CliError(str(exc)) from None
     seconds = parse_duration(duration)
+    if directory is not None and directory.exists() and any(directory.iterdir()):
+        raise CliError(f"--dir {directory} is not empty: a drill starts from nothing (its keys would "
+                       "meet an earlier drill's messages)")
     root = directory or Path(tempfile.mkdtemp(prefix="mqctl-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -107,11 +111,11 @@ async def drill(root: Path, mode: str, kinds: tuple[str, ...], seconds: float, s
     cluster = DrillCluster(root, mode)
     plan = plan_faults(seed, kinds, [m.node for m in cluster.members], seconds)
     spans: list[FaultSpan] = []
-    if "disk-full" in kinds:
-        cluster.mount_disks()
-    async with trio.open_nursery() as proxies:
-        await cluster.serve_proxies(proxies)
+    async with open_unwrapped_nursery() as proxies:
         try:
+            if "disk-full" in kinds:
+                cluster.mount_disks()
+            await cluster.serve_proxies(proxies)
             await trio.to_thread.run_sync(cluster.start)
             history = History(trio.current_time(), GROUP)
             async with open_client(cluster.namesrv, instance="chaos") as runtime:

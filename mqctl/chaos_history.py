@@ -11,9 +11,10 @@ The verdict, as RocketMQ users would judge it:
   sync and dledger promise none; async may lose what the master acknowledged and had not yet
   shipped to its slave when it died (reported with its window, allowed).
 - **phantom**: delivered, never attempted. Always a failure (a store that invents messages).
-- **moved**: delivered, but never at the queue offset acknowledged. Always a failure: the
-  acknowledgement told the producer where its message is. (A send retried after an unknown
-  outcome may also be stored a second time elsewhere: that copy is a duplicate.)
+- **moved**: delivered, but never at the queue offset acknowledged: the acknowledged copy is gone
+  and an earlier attempt's copy (a send retried after an unknown outcome) or another message
+  took its place. Judged as loss: a failure unless the mode allows loss. (A retried send stored
+  twice whose acknowledged copy is delivered is a duplicate.)
 - **duplicated**: delivered more than once. RocketMQ delivers at least once (a rebalance or a
   consumer restart redelivers from the last committed offset): reported, allowed.
 - **reordered**: a message delivered for the first time after one of the same queue with a higher
@@ -99,15 +100,15 @@ class Verdict:
     recoveries: list[Recovery] = field(default_factory=list)
 
     def broken_promises(self, loss_allowed: bool) -> list[str]:
-        """What the drill must fail on: loss unless the mode allows it, and always phantoms and
-        moved messages."""
+        """What the drill must fail on: lost and moved messages (the acknowledged copy is gone
+        either way) unless the mode allows loss, and always phantoms."""
         problems = []
         if self.lost and not loss_allowed:
             problems.append(f"{len(self.lost)} acknowledged message(s) lost")
+        if self.moved and not loss_allowed:
+            problems.append(f"{len(self.moved)} message(s) delivered only away from their acknowledged queue offset")
         if self.phantom:
             problems.append(f"{len(self.phantom)} message(s) delivered that were never sent")
-        if self.moved:
-            problems.append(f"{len(self.moved)} message(s) delivered at another queue offset than acknowledged")
         return problems
 
     def summary(self) -> dict[str, object]:

@@ -68,7 +68,10 @@ def test_a_short_drill_keeps_the_modes_promises_and_measures_recovery(mode, seed
 
 
 def test_bad_arguments_are_one_clear_line(tmp_path, subprocess_env):
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "conf.toml").write_text("# an earlier drill\n")
     for args, said in ((["--mode", "raft"], "--mode must be"), (["--faults", "kill,flood"], "faults must be"),
-                       (["--duration", "soon"], "--duration must be")):
+                       (["--duration", "soon"], "--duration must be"),
+                       (["--dir", str(tmp_path / "used")], "is not empty")):
         done = chaos(*args, env=subprocess_env, timeout=60)
         assert done.returncode != 0 and said in done.stderr, (args, done.stderr)
