@@ -216,7 +216,8 @@ def print_report(r: dict[str, Any]) -> None:
         echo(f"  unavailable from {w['started']:.2f} s to {until}: {w['attempts']} sends not acknowledged")
     for rec in r["recoveries"]:
         after = f"{rec['first_ack_after_heal_s']:.2f} s" if rec["first_ack_after_heal_s"] is not None else "never"
-        echo(f"  {rec['fault']} of {rec['target']}: first acknowledgement {after} after the heal")
+        echo(f"  {rec['fault']} of {rec['target']}: {rec['acked_during']} sends acknowledged during it, "
+             f"the first acknowledgement {after} after the heal")
     echo("verdict: " + ("; ".join(r["broken_promises"]) if r["broken_promises"] else "every promise kept"))
     if r.get("kept"):
         echo(f"the drill's cluster, stores and logs: {r['kept']}")

@@ -20,8 +20,9 @@ The verdict, as RocketMQ users would judge it:
 - **reordered**: a message delivered for the first time after one of the same queue with a higher
   queue offset (skipped, then delivered later). Reported.
 - **unavailability windows**: stretches in which every send attempt failed or went unanswered,
-  from the first such attempt to the next acknowledgement; with the fault that was active, the
-  time from the fault's heal to the first acknowledgement after it (its recovery time).
+  from the first such attempt to the next acknowledgement; per fault, the sends acknowledged
+  while it lasted and the time from its heal to the first acknowledgement after it (its
+  recovery time).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Window:
 class Recovery:
     fault: FaultSpan
     first_ack_after_heal: float | None  # seconds after the heal (None: none came)
+    acked_during: int = 0  # sends started and acknowledged while the fault lasted
 
 
 @dataclass
@@ -123,7 +125,8 @@ class Verdict:
             "unavailable": [{"started": w.started, "ended": w.ended, "seconds": w.length, "attempts": w.attempts}
                             for w in self.windows],
             "recoveries": [{"fault": r.fault.kind, "target": r.fault.target, "started": r.fault.started,
-                            "healed": r.fault.healed, "first_ack_after_heal_s": r.first_ack_after_heal}
+                            "healed": r.fault.healed, "first_ack_after_heal_s": r.first_ack_after_heal,
+                            "acked_during": r.acked_during}
                            for r in self.recoveries],
         }
 
@@ -201,4 +204,5 @@ def unavailability(attempts: Sequence[SendAttempt]) -> list[Window]:
 
 def _recovery(fault: FaultSpan, attempts: Sequence[SendAttempt]) -> Recovery:
     after = [a.ended for a in attempts if a.outcome == "ok" and a.ended >= fault.healed]
-    return Recovery(fault, min(after) - fault.healed if after else None)
+    during = sum(1 for a in attempts if a.outcome == "ok" and fault.started <= a.started and a.ended <= fault.healed)
+    return Recovery(fault, min(after) - fault.healed if after else None, during)

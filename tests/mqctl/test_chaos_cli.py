@@ -57,12 +57,16 @@ def test_a_short_drill_keeps_the_modes_promises_and_measures_recovery(mode, seed
     assert all(r["first_ack_after_heal_s"] is not None and r["first_ack_after_heal_s"] < 10
                for r in report["recoveries"]), report["recoveries"]
     if mode == "sync":
-        # the slave's own connections were cut too: the master could not replicate, so sends
-        # were not acknowledged while the slave was partitioned
-        cut = next(f for f in report["injected"] if f["kind"] == "partition")
-        assert any(w["started"] < cut["healed"] and (w["ended"] or 1e9) > cut["started"] for w in report["unavailable"])
+        # the slave's own connections were cut too: the master could not replicate, so no send
+        # started during the slave's partition was acknowledged before it healed
+        cut = next(r for r in report["recoveries"] if r["fault"] == "partition" and r["target"] == "broker-a-1")
+        assert cut["acked_during"] == 0, cut
+    if mode == "dledger":
+        # a majority stays: some fault of a single member left sends being acknowledged
+        assert any(r["acked_during"] > 0 for r in report["recoveries"]), report["recoveries"]
     if "disk-full" in faults and mode == "async":
         # the master's full disk refused the sends until it was freed
+        # (the store notices within its one-second disk check, so a few early sends may pass)
         full = next(f for f in report["injected"] if f["kind"] == "disk-full")
         assert any(full["started"] <= w["started"] < full["healed"] for w in report["unavailable"])
 

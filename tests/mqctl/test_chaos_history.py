@@ -70,6 +70,9 @@ def test_unavailability_windows_and_recovery_after_a_heal():
     verdict = check_history(sends, [got("a", 0), got("d", 1)], [FaultSpan("kill", "broker-a-0", 1.5, 6.0),
                                                                  FaultSpan("pause", "broker-a-0", 7.5, 8.5)])
     assert [r.first_ack_after_heal for r in verdict.recoveries] == [1.0, None]
+    assert [r.acked_during for r in verdict.recoveries] == [0, 0]
+    during = check_history([ok("a", 2.0), ok("b", 3.0)], [], [FaultSpan("pause", "broker-a-1", 1.0, 4.0)])
+    assert during.recoveries[0].acked_during == 2
     summary = verdict.summary()
     assert summary["moved"]["count"] == 1 and summary["recoveries"][0]["first_ack_after_heal_s"] == 1.0
 
