@@ -223,8 +223,7 @@ class Connection:
             return
         # refused before the processor runs: a handler may act (store a message) before it
         # hands back the part that waits, so refusing that part afterwards would be too late
-        size = request_bytes(request)
-        busy = self._busy(size)
+        busy = self._busy(request) if self._inflight else None  # an idle connection is never busy
         if busy:
             await self.reply(request, request.reply(ResponseCode.SYSTEM_BUSY, f"[REJECTREQUEST]system busy: {busy}"))
             return
@@ -241,6 +240,7 @@ class Connection:
         if type(result) is RemotingCommand:
             await self.reply(request, result)
         elif inspect.isawaitable(result):
+            size = request_bytes(request)
             self._inflight += 1
             self._inflight_bytes += size
             assert self._nursery is not None
@@ -248,12 +248,12 @@ class Connection:
         elif result is not None:
             await self.reply(request, result)  # type: ignore[arg-type]
 
-    def _busy(self, size: int) -> str | None:
-        """Why one more request of ``size`` bytes cannot be handled now (None: it can)."""
+    def _busy(self, request: RemotingCommand) -> str | None:
+        """Why one more request cannot be handled now while others are in flight (None: it can)."""
         limits = self.limits
         if self._inflight >= limits.inflight_requests_max:
             return f"{self._inflight} requests of this connection in flight (limit {limits.inflight_requests_max})"
-        if self._inflight and self._inflight_bytes + size > limits.inflight_bytes_max:
+        if self._inflight_bytes + request_bytes(request) > limits.inflight_bytes_max:
             return (f"{self._inflight_bytes} bytes of this connection's requests in flight "
                     f"(limit {limits.inflight_bytes_max})")
         return None
