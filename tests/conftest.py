@@ -125,3 +125,15 @@ def master_slave(tmp_path, subprocess_env):
     """One name server and broker group broker-a of a master (id 0) and a slave (id 1), async."""
     with running_cluster(tmp_path, subprocess_env, broker_ids=(0, 1)) as c:
         yield c
+
+
+@pytest.fixture
+async def broker(nursery, tmp_path):
+    """An in-process name server and broker (real TCP); yields a remoting client and the broker's address."""
+    from core.remoting.client import open_remoting_client
+    from tests.core.cluster_harness import start_cluster
+
+    cluster = await start_cluster(nursery, tmp_path)
+    running = await cluster.start_broker()
+    async with open_remoting_client() as client:
+        yield client, running.address

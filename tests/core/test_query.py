@@ -19,14 +19,6 @@ from tests.core.cluster_harness import start_cluster
 FAR_FUTURE_MS = 2**62
 
 
-@pytest.fixture
-async def broker(nursery, tmp_path):
-    cluster = await start_cluster(nursery, tmp_path)
-    running = await cluster.start_broker()
-    async with open_remoting_client() as client:
-        yield client, running.address
-
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 

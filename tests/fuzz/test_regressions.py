@@ -6,10 +6,8 @@ from __future__ import annotations
 import pytest
 
 from core.broker.acl_file import AclFileError, parse_acl
-from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
-from tests.core.cluster_harness import start_cluster
 from tests.core.test_broker import send_cmd
 
 KEYS = {"accessKey": "someone-key", "secretKey": "someone-secret"}
@@ -46,14 +44,6 @@ def test_acl_white_list_ranges_stay_within_an_octet():
     for pattern in ("10.0.0.1-99999999999", "10.0.0.{1,300}", "10.0.0.9-2"):
         with pytest.raises(AclFileError, match="not an address pattern"):
             parse_acl({"globalWhiteRemoteAddresses": [pattern]})
-
-
-@pytest.fixture
-async def broker(nursery, tmp_path):
-    cluster = await start_cluster(nursery, tmp_path)
-    running = await cluster.start_broker()
-    async with open_remoting_client() as client:
-        yield client, running.address
 
 
 async def still_serves(client, address: str) -> None:
