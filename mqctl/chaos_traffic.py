@@ -3,11 +3,9 @@ records every delivery, in the shapes :mod:`mqctl.chaos_history` judges."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import trio
 
-from core.client.consumer import PushConsumer
+from core.client.consumer import Handler, PushConsumer
 from core.client.producer import Message, Producer
 from core.client.runtime import ClientError, ClientRuntime
 from core.errors import RemotingError
@@ -62,7 +60,7 @@ async def produce(runtime: ClientRuntime, history: History, until: trio.Event, s
             await until.wait()
 
 
-def recorder(history: History) -> Callable[[list[MessageRecord]], trio.lowlevel.Task | object]:
+def recorder(history: History) -> Handler:
     async def handle(records: list[MessageRecord]) -> bool:
         at = history.now()
         for rec in records:
@@ -74,7 +72,7 @@ def recorder(history: History) -> Callable[[list[MessageRecord]], trio.lowlevel.
 
 
 async def start_consumer(runtime: ClientRuntime, history: History) -> PushConsumer:
-    consumer = PushConsumer(runtime, GROUP, recorder(history), from_beginning=True)  # type: ignore[arg-type]
+    consumer = PushConsumer(runtime, GROUP, recorder(history), from_beginning=True)
     consumer.subscribe(TOPIC)
     await consumer.start()
     return consumer
