@@ -86,7 +86,8 @@ class Damage:
     length: int
     reason: str
     segment: Path
-    at_tail: bool = False
+    at_tail: bool = False  # nothing valid follows, and this is the last segment
+    ends_segment: bool = False  # nothing valid follows within this segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +239,8 @@ def scan_segment(
             if found is None:
                 if not is_last and not wrapped:
                     yield Damage(_abs(base, pos), limit - pos,
-                                 "segment ends without an end-of-segment marker", name)
+                                 "segment ends without an end-of-segment marker", name,
+                                 ends_segment=True)
                 yield SegmentEnd(_abs(base, pos), "zeros", name)
                 return
             yield Damage(_abs(base, pos), found - pos, "zeroed bytes before valid records", name)
@@ -262,7 +264,8 @@ def scan_segment(
             found = _next_valid(buf, pos + 1, base, wrapped)
             if found is None:
                 end = last_nonzero_end(buf, pos, limit)
-                yield Damage(_abs(base, pos), end - pos, reason, name, at_tail=is_last)
+                yield Damage(_abs(base, pos), end - pos, reason, name, at_tail=is_last,
+                             ends_segment=True)
                 yield SegmentEnd(_abs(base, pos), "damage", name)
                 return
             yield Damage(_abs(base, pos), found - pos, reason, name)

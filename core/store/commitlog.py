@@ -105,7 +105,12 @@ class CommitLog:
                     records += 1
                     end = item.offset + item.record.total_size
                 elif isinstance(item, Damage):
-                    if not item.at_tail and not cut_damage:
+                    # A kill between creating the next segment and writing this one's BLANK
+                    # leaves damage with only empty segments after it: a torn tail too.
+                    at_tail = item.at_tail or item.ends_segment and all(
+                        last_nonzero_end(f.view, 0, f.size) == 0 for f in files[i + 1:]
+                    )
+                    if not at_tail and not cut_damage:
                         raise StoreCorruptError(
                             f"damaged record ({item.reason}, log offset {item.offset}) followed by valid records; "
                             "inspect with `mqctl dump --verify`, or set "

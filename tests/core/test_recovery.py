@@ -65,6 +65,43 @@ def test_torn_tail_is_cut_at_the_last_valid_record(tmp_path, small_store_config)
     assert not [i for i in items if isinstance(i, Damage)] and len(items) == 101
 
 
+def test_kill_between_creating_the_next_segment_and_its_blank_is_a_torn_tail(tmp_path, small_store_config):
+    """A roll creates the next segment first, then closes the current one with a BLANK: a
+    kill in between leaves an unterminated segment followed by an empty one."""
+    root = tmp_path / "n"
+    size = small_store_config.segment_size_bytes
+    results = fill(root, small_store_config, 100)
+    end = results[-1].phys_offset + results[-1].size
+    assert end < size
+    with open(root / "commitlog" / segment_name(size), "wb") as fh:
+        fh.truncate(size)
+    mark_crashed(root)
+    with opened_store(root, small_store_config) as store:
+        assert store.commitlog.write_offset == end
+        assert [f.start for f in store.commitlog.files.files] == [0]
+        more = [store.put(msg(i)) for i in range(100, 300)]
+    assert more[0].phys_offset == end and more[-1].phys_offset >= size
+    items = list(scan_log(root / "commitlog"))
+    assert not [i for i in items if isinstance(i, Damage)] and len(items) == 300
+
+
+def test_unterminated_segment_before_valid_records_refuses_to_start(tmp_path, small_store_config):
+    root = tmp_path / "n"
+    size = small_store_config.segment_size_bytes
+    results = fill(root, small_store_config, 300)
+    first_in_next = next(r for r in results if r.phys_offset >= size)
+    last_in_first = max((r for r in results if r.phys_offset < size), key=lambda r: r.phys_offset)
+    blank_at = last_in_first.phys_offset + last_in_first.size
+    with open(root / "commitlog" / segment_name(0), "r+b") as fh:
+        fh.seek(blank_at)
+        fh.write(bytes(8))  # the BLANK is gone, the next segment's records are not
+    (root / "checkpoint").unlink()
+    mark_crashed(root)
+    with pytest.raises(StoreCorruptError) as info:
+        MessageStore(root, small_store_config).open()
+    assert info.value.offset == blank_at and first_in_next.phys_offset == size
+
+
 def test_queue_entries_past_the_recovered_end_are_dropped(tmp_path, small_store_config):
     """Async flush + power loss: queues were flushed, the CommitLog tail was not."""
     root = tmp_path / "n"
