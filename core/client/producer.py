@@ -335,6 +335,11 @@ class Producer:
         if problem:  # refused here, as stock clients do, rather than by every broker in turn
             raise SendError(problem)
         route = await self.runtime.route(topic)
+        if route is not None and not route.write_queues:
+            # a cached route with nothing to write to (its masters were gone) is asked for again
+            # on every send, as RocketMQ's tryToFindTopicPublishInfo does, not kept until the
+            # periodic refresh: a master that registers again is written to at once
+            route = await self.runtime.route(topic, refresh=True)
         if route is not None and route.write_queues:
             return route, False
         default = await self.runtime.route(AUTO_CREATE_TOPIC)

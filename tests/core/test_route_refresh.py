@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from core.client.consumer import REBALANCE_S, PushConsumer
-from core.client.producer import Message, Producer
+from core.client.producer import Message, Producer, SendError
 from core.client.runtime import ROUTE_REFRESH_S, ClientRuntime
 from core.config import BrokerSettings
 from core.remoting.codes import RequestCode, ResponseCode
@@ -92,3 +92,42 @@ async def test_a_consumer_rebalances_as_soon_as_a_route_it_reads_changes(tmp_pat
             await trio.sleep(0.01)
     assert trio.current_time() - started < REBALANCE_S
     await consumer.stop()
+
+
+async def test_a_master_that_registers_again_is_written_to_at_once_not_after_the_refresh(
+        tmp_path, nursery, mock_clock):
+    """While only its slave is registered, a group's route has no writable queue. The route
+    without one is asked for again on every send, so sends resume as soon as the master is back."""
+    cluster = await start_cluster(nursery, tmp_path, broker=BrokerSettings(register_interval_ms=10_000),
+                                  store=dataclasses.replace(SMALL_STORE, flush_interval_ms=1000, checkpoint_interval_ms=5000))
+    master = await cluster.start_broker("broker-a")
+    await cluster.start_broker("broker-a", broker_id=1)
+    runtime = ClientRuntime(nursery, cluster.namesrv)
+    created = await runtime.invoke(master.address, RemotingCommand(
+        code=RequestCode.UPDATE_AND_CREATE_TOPIC,
+        ext_fields={"topic": "Gap", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}))
+    assert created.code == ResponseCode.SUCCESS
+    producer = Producer(runtime, "PG")
+    with trio.fail_after(30):
+        while (await runtime.route("Gap", refresh=True)) is None:
+            await trio.sleep(1)
+    assert (await producer.send(Message("Gap", b"before"))).status == "SEND_OK"
+
+    await cluster.stop_broker("broker-a-0")  # the name server drops it; the slave stays
+    with pytest.raises(SendError):
+        await producer.send(Message("Gap", b"no master"))
+    route = await runtime.route("Gap")
+    assert route is not None and set(route.brokers["broker-a"]) == {1} and not route.write_queues
+
+    port = master.address.rsplit(":", 1)[1]
+    await cluster.start_broker("broker-a", port=int(port))  # registers as it starts
+    back = trio.current_time()
+    with trio.fail_after(ROUTE_REFRESH_S):
+        while True:
+            try:
+                result = await producer.send(Message("Gap", b"after"))
+            except SendError:
+                await trio.sleep(0.1)
+                continue
+            break
+    assert result.status == "SEND_OK" and trio.current_time() - back < 2
