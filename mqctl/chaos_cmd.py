@@ -40,6 +40,7 @@ from mqctl.errors import CliError
 DRAIN_TIMEOUT_S = 60.0
 DRAIN_QUIET_S = 15.0  # no delivery for this long ends the drain early
 LOSS_ALLOWED = {"async": True, "sync": False, "dledger": False}
+REASONS_SHOWN = 5  # the most frequent reasons a report prints (--json has them all)
 
 
 def parse_duration(text: str) -> float:
@@ -203,6 +204,10 @@ def print_report(r: dict[str, Any]) -> None:
         echo(f"  {s['started']:7.2f} s  {s['kind']:<9} {s['target']:<12} healed at {s['healed']:.2f} s")
     echo(f"sends: {r['attempts']} attempted, {r['acknowledged']} acknowledged, {r['unknown']} unknown, "
          f"{r['failed']} refused; deliveries: {r['delivered']}")
+    if r["reasons"]:
+        echo("  not acknowledged, by what the producer was told:")
+        for why, count in list(r["reasons"].items())[:REASONS_SHOWN]:
+            echo(f"  {count:>8}  {why}")
     for name in ("lost", "phantom", "moved", "duplicated", "reordered"):
         finding = r[name]
         examples = f"  e.g. {', '.join(finding['examples'][:5])}" if finding["count"] else ""
@@ -213,7 +218,9 @@ def print_report(r: dict[str, Any]) -> None:
              f"{' (allowed in async mode)' if r['loss_allowed'] else ''}")
     for w in r["unavailable"]:
         until = f"{w['ended']:.2f} s ({w['seconds']:.2f} s)" if w["ended"] is not None else "the end"
-        echo(f"  unavailable from {w['started']:.2f} s to {until}: {w['attempts']} sends not acknowledged")
+        top = next(iter(w["reasons"].items()), None)
+        mostly = f" (mostly: {top[0]}, {top[1]})" if top else ""
+        echo(f"  unavailable from {w['started']:.2f} s to {until}: {w['attempts']} sends not acknowledged{mostly}")
     for rec in r["recoveries"]:
         after = f"{rec['first_ack_after_heal_s']:.2f} s" if rec["first_ack_after_heal_s"] is not None else "never"
         echo(f"  {rec['fault']} of {rec['target']}: {rec['acked_during']} sends acknowledged during it, "

@@ -20,14 +20,14 @@ The verdict, as RocketMQ users would judge it:
 - **reordered**: a message delivered for the first time after one of the same queue with a higher
   queue offset (skipped, then delivered later). Reported.
 - **unavailability windows**: stretches in which every send attempt failed or went unanswered,
-  from the first such attempt to the next acknowledgement; per fault, the sends acknowledged
-  while it lasted and the time from its heal to the first acknowledgement after it (its
-  recovery time).
+  from the first such attempt to the next acknowledgement, with what those sends were told
+  (their ``why``, counted); per fault, the sends acknowledged while it lasted and the time from
+  its heal to the first acknowledgement after it (its recovery time).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -44,6 +44,7 @@ class SendAttempt:
     outcome: Outcome
     queue: str = ""  # "broker-a/3" when acknowledged
     queue_offset: int = -1
+    why: str = ""  # when not acknowledged: what the producer was told, without addresses
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ class Window:
     started: float
     ended: float | None
     attempts: int
+    reasons: tuple[tuple[str, int], ...] = ()  # the attempts' ``why``, most frequent first
 
     @property
     def length(self) -> float | None:
@@ -100,6 +102,7 @@ class Verdict:
     loss_window: tuple[float, float] | None = None  # acknowledgement times of the lost, first and last
     windows: list[Window] = field(default_factory=list)
     recoveries: list[Recovery] = field(default_factory=list)
+    reasons: tuple[tuple[str, int], ...] = ()  # why sends were not acknowledged, most frequent first
 
     def broken_promises(self, loss_allowed: bool) -> list[str]:
         """What the drill must fail on: lost and moved messages (the acknowledged copy is gone
@@ -117,13 +120,13 @@ class Verdict:
         """Counts, with a few examples of each finding (JSON-ready)."""
         return {
             "attempts": self.attempts, "acknowledged": self.acknowledged, "failed": self.failed,
-            "unknown": self.unknown, "delivered": self.delivered,
+            "unknown": self.unknown, "delivered": self.delivered, "reasons": dict(self.reasons),
             **{name: {"count": len(keys), "examples": keys[:EXAMPLES_MAX]} for name, keys in (
                 ("lost", self.lost), ("phantom", self.phantom), ("moved", self.moved),
                 ("duplicated", self.duplicated), ("reordered", self.reordered))},
             "loss_window": self.loss_window,
-            "unavailable": [{"started": w.started, "ended": w.ended, "seconds": w.length, "attempts": w.attempts}
-                            for w in self.windows],
+            "unavailable": [{"started": w.started, "ended": w.ended, "seconds": w.length, "attempts": w.attempts,
+                             "reasons": dict(w.reasons)} for w in self.windows],
             "recoveries": [{"fault": r.fault.kind, "target": r.fault.target, "started": r.fault.started,
                             "healed": r.fault.healed, "first_ack_after_heal_s": r.first_ack_after_heal,
                             "acked_during": r.acked_during}
@@ -161,6 +164,7 @@ def check_history(attempts: Sequence[SendAttempt], deliveries: Sequence[Delivery
         verdict.loss_window = (acked[verdict.lost[0]].ended, acked[verdict.lost[-1]].ended)
     verdict.reordered = _reordered(deliveries)
     verdict.windows = unavailability(attempts)
+    verdict.reasons = _counted(a.why for a in attempts if a.outcome != "ok")
     verdict.recoveries = [_recovery(f, attempts) for f in faults]
     return verdict
 
@@ -187,19 +191,23 @@ def unavailability(attempts: Sequence[SendAttempt]) -> list[Window]:
     """Stretches of failing or unanswered sends between acknowledgements, in time order."""
     windows = []
     start: float | None = None
-    count = 0
+    whys: list[str] = []
     for a in sorted(attempts, key=lambda a: a.ended):
         if a.outcome == "ok":
             if start is not None:
-                windows.append(Window(start, a.ended, count))
-                start, count = None, 0
+                windows.append(Window(start, a.ended, len(whys), _counted(whys)))
+                start, whys = None, []
         else:
             if start is None:
                 start = a.started
-            count += 1
+            whys.append(a.why)
     if start is not None:
-        windows.append(Window(start, None, count))
+        windows.append(Window(start, None, len(whys), _counted(whys)))
     return windows
+
+
+def _counted(whys: Iterable[str]) -> tuple[tuple[str, int], ...]:
+    return tuple(Counter(why or "not recorded" for why in whys).most_common())
 
 
 def _recovery(fault: FaultSpan, attempts: Sequence[SendAttempt]) -> Recovery:

@@ -3,6 +3,8 @@ records every delivery, in the shapes :mod:`mqctl.chaos_history` judges."""
 
 from __future__ import annotations
 
+import re
+
 import trio
 
 from core.client.consumer import Handler, PushConsumer
@@ -16,6 +18,22 @@ TOPIC = "ChaosDrill"
 GROUP = "chaos-drill"
 SENDERS = 4
 SEND_INTERVAL_S = 0.04  # per sender: about 100 messages a second in all
+
+_REPEATED_ADDRESS = re.compile(r" \(\d{1,3}(?:\.\d{1,3}){3}:\d+\)$")
+_WITHIN = re.compile(r" within [\d.]+ ?s\b")
+_SPENT = "send timeout spent"
+
+
+def why_not_acknowledged(error: str) -> str:
+    """What a failed send was told, so that sends failing alike count together: the last
+    attempt's failure (the one that says why, not that the time then ran out), without the
+    time that was left. A drill's nodes keep their addresses, so those stay."""
+    if error.startswith("sending to ") and " failed: " in error:
+        error = error.split(" failed: ", 1)[1]
+    failures = [f for f in error.split("; ") if f] or [error]
+    telling = [f for f in failures if f != _SPENT]
+    last = telling[-1] if telling else failures[-1]
+    return _WITHIN.sub("", _REPEATED_ADDRESS.sub("", last))
 
 
 class History:
@@ -47,15 +65,16 @@ async def produce(runtime: ClientRuntime, history: History, until: trio.Event, s
         started = history.now()
         try:
             result = await producer.send(Message(TOPIC, key.encode(), keys=[key]))
-        except (ClientError, RemotingError):
-            history.attempts.append(SendAttempt(key, started, history.now(), "unknown"))
+        except (ClientError, RemotingError) as exc:
+            history.attempts.append(SendAttempt(key, started, history.now(), "unknown",
+                                                why=why_not_acknowledged(str(exc))))
         else:
             if result.status == "SEND_OK":
                 history.attempts.append(SendAttempt(key, started, history.now(), "ok",
                                                     f"{result.queue.broker_name}/{result.queue.queue_id}",
                                                     result.queue_offset))
             else:
-                history.attempts.append(SendAttempt(key, started, history.now(), "unknown"))
+                history.attempts.append(SendAttempt(key, started, history.now(), "unknown", why=result.status))
         with trio.move_on_after(SEND_INTERVAL_S):
             await until.wait()
 

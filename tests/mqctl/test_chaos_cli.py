@@ -53,6 +53,8 @@ def test_a_short_drill_keeps_the_modes_promises_and_measures_recovery(mode, seed
     assert report["acknowledged"] > 500 and report["delivered"] >= report["acknowledged"]
     assert report["lost"]["count"] == 0 and report["phantom"]["count"] == 0 and report["moved"]["count"] == 0
     assert report["broken_promises"] == []
+    # every send not acknowledged says what the producer was told
+    assert "not recorded" not in report["reasons"] and sum(report["reasons"].values()) == report["unknown"]
     # every fault healed into acknowledged sends again, within seconds
     assert all(r["first_ack_after_heal_s"] is not None and r["first_ack_after_heal_s"] < 10
                for r in report["recoveries"]), report["recoveries"]
@@ -68,7 +70,10 @@ def test_a_short_drill_keeps_the_modes_promises_and_measures_recovery(mode, seed
         # the master's full disk refused the sends until it was freed
         # (the store notices within its one-second disk check, so a few early sends may pass)
         full = next(f for f in report["injected"] if f["kind"] == "disk-full")
-        assert any(full["started"] <= w["started"] < full["healed"] for w in report["unavailable"])
+        refused = [w for w in report["unavailable"] if full["started"] <= w["started"] < full["healed"]]
+        assert refused, report["unavailable"]
+        # and said so: SERVICE_NOT_AVAILABLE (14), not a timeout
+        assert any("code 14" in why for w in refused for why in w["reasons"]), refused
 
 
 def test_bad_arguments_are_one_clear_line(tmp_path, subprocess_env):

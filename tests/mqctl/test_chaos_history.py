@@ -8,6 +8,7 @@ import pytest
 
 from mqctl.chaos_history import Delivery, FaultSpan, SendAttempt, check_history, unavailability
 from mqctl.chaos_schedule import DRAIN_SECONDS, WARMUP_SECONDS, parse_faults, plan_faults
+from mqctl.chaos_traffic import why_not_acknowledged
 
 
 def ok(key: str, at: float, queue: str = "broker-a/0", offset: int = 0) -> SendAttempt:
@@ -75,6 +76,31 @@ def test_unavailability_windows_and_recovery_after_a_heal():
     assert during.recoveries[0].acked_during == 2
     summary = verdict.summary()
     assert summary["moved"]["count"] == 1 and summary["recoveries"][0]["first_ack_after_heal_s"] == 1.0
+
+
+def test_what_unacknowledged_sends_were_told_is_counted_per_window_and_in_all():
+    sends = [ok("a", 1.0), SendAttempt("b", 2.0, 3.0, "unknown", why="timeout"),
+             SendAttempt("c", 3.0, 4.0, "unknown", why="no route"), SendAttempt("d", 4.0, 5.0, "unknown", why="no route"),
+             ok("e", 6.0), SendAttempt("f", 7.0, 8.0, "unknown", why="timeout"), SendAttempt("g", 8.0, 9.0, "unknown")]
+    verdict = check_history(sends, [])
+    assert [w.reasons for w in verdict.windows] == [(("no route", 2), ("timeout", 1)),
+                                                    (("timeout", 1), ("not recorded", 1))]
+    assert verdict.reasons == (("timeout", 2), ("no route", 2), ("not recorded", 1))
+    summary = verdict.summary()
+    assert summary["reasons"] == {"timeout": 2, "no route": 2, "not recorded": 1}
+    assert summary["unavailable"][0]["reasons"] == {"no route": 2, "timeout": 1}
+
+
+def test_a_send_error_is_told_by_its_last_telling_failure_without_the_time_left():
+    closed = ("sending to T failed: broker-a: connection to 127.0.0.11:4000 closed during request 310 (127.0.0.11:4000); "
+              "broker-a: connection to 127.0.0.11:4000 closed during request 310 (127.0.0.11:4000)")
+    assert why_not_acknowledged(closed) == "broker-a: connection to 127.0.0.11:4000 closed during request 310"
+    timed_out = ("sending to T failed: broker-a: code 14 disk full from 127.0.0.11:4000; "
+                 "broker-a: no response from 127.0.0.11:4000 to request 310 within 1.2345s; send timeout spent")
+    assert why_not_acknowledged(timed_out) == "broker-a: no response from 127.0.0.11:4000 to request 310"
+    assert why_not_acknowledged("sending to T failed: send timeout spent") == "send timeout spent"
+    no_route = "No route info of this topic: T (and no TBW102 to auto-create it)"
+    assert why_not_acknowledged(no_route) == no_route
 
 
 def test_a_seed_always_gives_the_same_schedule_within_the_drill():
