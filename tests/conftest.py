@@ -35,12 +35,16 @@ def small_store_config() -> StoreConfig:
     )
 
 
-@pytest.fixture
-def subprocess_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """Environment for child processes running our code from this checkout."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    return child_env()
 
 INTEROP = Path(__file__).parent / "interop"
 

@@ -2,7 +2,19 @@
 
 import json
 
+import pytest
+
+from tests.conftest import child_env, running_cluster
+
 COUNT = 1000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One name server and one broker for the module (per test worker): every test sends to
+    topics and reads with groups of its own, and a start and stop per test cost about 3 s."""
+    with running_cluster(tmp_path_factory.mktemp("interop"), child_env()) as c:
+        yield c
 
 
 def expected(i: int) -> dict:
