@@ -44,7 +44,7 @@ class SendAttempt:
     outcome: Outcome
     queue: str = ""  # "broker-a/3" when acknowledged
     queue_offset: int = -1
-    why: str = ""  # when not acknowledged: what the producer was told, without addresses
+    why: str = ""  # when not acknowledged: what the producer was told (its status or last error)
 
 
 @dataclass(frozen=True, slots=True)
