@@ -22,15 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.config import load_config
-from core.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
-from core.remoting.command import FrameDecoder, RemotingCommand, encode_frame
+from core.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand, encode_frame
 from formats.batch import BatchItem, encode_batch
 from tests.conftest import running_cluster
+from tests.fuzz.peer import ANSWER_S, NodeLog, Peer
 
 EXAMPLES = int(os.environ.get("MQ_FUZZ_EXAMPLES", "150"))
 LIVE = settings(max_examples=EXAMPLES, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-ANSWER_S = 30.0  # generous: CI runs this beside the flood and Spark tests
 # held pulls answer after this long at most: the fuzzer's pulls must not wait 20 s each
 BROKER_SETTINGS = "long_poll_suspend_max_ms = 300\nshort_polling_ms = 300"
 
@@ -191,59 +191,6 @@ def requests(draw, codes: list[int]) -> RemotingCommand:
                            flag=draw(st.sampled_from([0, 0, 0, FLAG_ONEWAY])),
                            serialize_type=draw(st.sampled_from([0, 1])) if binary_fits else 0,
                            language=draw(st.sampled_from(["JAVA", "CPP"])))
-
-
-class Peer:
-    """A plain socket to a node: frames out, responses matched by opaque."""
-
-    def __init__(self, address: str) -> None:
-        host, _, port = address.rpartition(":")
-        self.address_text = address
-        self.sock = socket.create_connection((host, int(port)), timeout=ANSWER_S)
-        self.decoder = FrameDecoder()
-        self.opaque = 1000
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def exchange(self, cmds: list[RemotingCommand]) -> list[RemotingCommand]:
-        """Send all of ``cmds`` at once; the answers to those that are not oneway."""
-        wanted = set()
-        frames = bytearray()
-        for cmd in cmds:
-            self.opaque += 1
-            cmd.opaque = self.opaque
-            if not cmd.flag & FLAG_ONEWAY:
-                wanted.add(cmd.opaque)
-            frames += encode_frame(cmd)
-        self.sock.sendall(frames)
-        answers = []
-        while wanted:
-            data = self.sock.recv(1 << 16)
-            assert data, f"the node closed the connection with {sorted(wanted)} unanswered"
-            for item in self.decoder.feed(data):
-                assert isinstance(item, RemotingCommand), item
-                if not item.flag & FLAG_RESPONSE:
-                    continue  # the broker's own request to a client we claimed to be (a group change)
-                assert item.opaque in wanted, (item.opaque, item.code, item.remark)
-                wanted.discard(item.opaque)
-                answers.append(item)
-        return answers
-
-
-class NodeLog:
-    """The part of a node's log written since the last look."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.seen = path.stat().st_size
-
-    def new(self) -> str:
-        with open(self.path, "rb") as f:
-            f.seek(self.seen)
-            text = f.read().decode(errors="replace")
-        self.seen += len(text.encode(errors="replace"))
-        return text
 
 
 def alive(peer: Peer, code: int) -> bool:
