@@ -30,6 +30,10 @@ class ReadOnlyStoreError(StoreError):
     """A replica's store refuses local writes (they go to its master)."""
 
 
+class UnsafePathError(StoreError):
+    """A name that would make the store open a path outside its folder (or no valid path at all)."""
+
+
 class StoreClosedError(StoreError):
     """The store was used after it was closed."""
 

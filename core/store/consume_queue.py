@@ -7,8 +7,10 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+from core.errors import UnsafePathError
 from core.store.dispatch import DispatchRequest
 from core.store.mapped_file import MappedFile, MappedFileQueue
+from core.store.paths import queue_dir
 from formats.consume_queue import (
     CQ_ENTRY_SIZE,
     PAD_SIZE,
@@ -199,6 +201,7 @@ class ConsumeQueueTable:
         self.root = root
         self.entries_per_file = entries_per_file
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.refused: set[tuple[str, int]] = set()  # names found in the log that got no queue
 
     def recover(self, log_end: int) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -207,20 +210,34 @@ class ConsumeQueueTable:
                 continue
             for qdir in sorted(topic_dir.iterdir()):
                 if qdir.is_dir() and qdir.name.isdigit():
-                    cq = self.get_or_create(topic_dir.name, int(qdir.name))
-                    cq.recover(log_end)
+                    cq = self.get_or_create_for_log(topic_dir.name, int(qdir.name))
+                    if cq is not None:
+                        cq.recover(log_end)
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
 
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue, made when new; raises :class:`UnsafePathError` for a name the store
+        refuses to make a folder of."""
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(self.root / topic / str(queue_id), topic, queue_id,
-                              self.entries_per_file)
+            cq = ConsumeQueue(queue_dir(self.root, topic, queue_id), topic, queue_id, self.entries_per_file)
             self.queues[key] = cq
         return cq
+
+    def get_or_create_for_log(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """:meth:`get_or_create` for a record found in the log or a folder found on disk: a
+        refused name (written before names were checked, or by a hostile master) gets no
+        queue, is logged once, and the store keeps serving."""
+        try:
+            return self.get_or_create(topic, queue_id)
+        except UnsafePathError as exc:
+            if (topic, queue_id) not in self.refused:
+                self.refused.add((topic, queue_id))
+                log.warning("records of an unsafe queue name stay out of the ConsumeQueues: %s", exc)
+            return None
 
     def dirty_files(self) -> list[MappedFile]:
         return [mf for cq in self.queues.values() for mf in cq.files.dirty_files()]

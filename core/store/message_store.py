@@ -502,8 +502,8 @@ class MessageStore:
 
     def _dispatch(self, req: DispatchRequest) -> None:
         """Dispatch one record found by scanning the log (recovery and catch-up)."""
-        if req.to_consume_queue:
-            self.queues.get_or_create(req.topic, req.queue_id).put(req)
+        if req.to_consume_queue and (cq := self.queues.get_or_create_for_log(req.topic, req.queue_id)):
+            cq.put(req)
         if self._index_enabled and not self.index.indexed_below(req.phys_offset):
             keys = [*req.keys, *([req.uniq_key] if req.uniq_key else [])]  # = index_keys of the record
             self.index.reserve(len(keys))
@@ -799,8 +799,9 @@ class RecordDispatch:
              phys: int, total: int, keys: list[str] | None) -> None:
         tags = record_tags_code(topic, props, stamp, self._delay_levels)
         if is_dispatched(sysflag):
-            cq = self._queues.get((topic, queue_id)) or self.store.queues.get_or_create(topic, queue_id)
-            cq.put_entry(queue_offset, phys, total, tags)
+            cq = self._queues.get((topic, queue_id)) or self.store.queues.get_or_create_for_log(topic, queue_id)
+            if cq is not None:
+                cq.put_entry(queue_offset, phys, total, tags)
         if keys:
             self.index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
         if self.fields is not None:
