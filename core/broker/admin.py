@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 import orjson
 
 from core.broker.headers import as_int
-from core.broker.topics import AUTO_CREATE_TOPIC, TopicConfig, topic_problem
+from core.broker.topics import AUTO_CREATE_TOPIC, TopicConfig, queue_nums_problem, topic_problem
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
+from core.topic_names import send_forbidden
 from formats.errors import RecordError
 
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ GET_BROKER_RUNTIME_INFO = 28
 # mqctl's own (RocketMQ 4.x has no broker request for it): hand a raft group's leadership to the
 # member named in extFields "target"; answered at once, the election follows within a lease.
 TRANSFER_LEADERSHIP = 60001
-QUEUE_NUMS_MAX = 1024
 
 
 def update_and_create_topic(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -30,8 +30,8 @@ def update_and_create_topic(broker: Broker, request: RemotingCommand, conn: Conn
     problem = topic_problem(topic)
     if problem:
         return request.reply(ResponseCode.SYSTEM_ERROR, problem)
-    if topic == AUTO_CREATE_TOPIC:
-        return request.reply(ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words")
+    if topic == AUTO_CREATE_TOPIC or send_forbidden(topic):
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
     try:
         read = as_int(ext, "readQueueNums", broker.settings.default_topic_queue_nums)
         write = as_int(ext, "writeQueueNums", read)
@@ -39,9 +39,9 @@ def update_and_create_topic(broker: Broker, request: RemotingCommand, conn: Conn
         sysflag = as_int(ext, "topicSysFlag", 0, bits=32)
     except ValueError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    if not (1 <= read <= QUEUE_NUMS_MAX and 1 <= write <= QUEUE_NUMS_MAX) or perm & ~0xF:
-        return request.reply(ResponseCode.SYSTEM_ERROR,
-                             f"queue counts must be 1..{QUEUE_NUMS_MAX} and perm a combination of 8|4|2|1")
+    problem = queue_nums_problem(read, write, perm)
+    if problem:
+        return request.reply(ResponseCode.SYSTEM_ERROR, problem)
     order = ext.get("order", "false").lower() == "true"
     if broker.topics.put(TopicConfig(topic, read, write, perm, sysflag, order)):
         broker.topics_changed()

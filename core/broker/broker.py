@@ -20,6 +20,7 @@ from core.broker.pull import handle_pull
 from core.broker.query import handle_query_message
 from core.broker.queue_locks import QueueLocks
 from core.broker.replication import Replication
+from core.broker.request_names import request_name_problem
 from core.broker.schedule import ScheduleService
 from core.broker.send import handle_send
 from core.broker.send_back import handle_send_back
@@ -130,6 +131,9 @@ class Broker:
         if handler is None:
             return request.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                  f" request type {request.code} not supported")
+        problem = request_name_problem(request)
+        if problem is not None:
+            return request.reply(ResponseCode.SYSTEM_ERROR, problem)
         return handler(self, request, conn)
 
     # ------------------------------------------------------------------ events

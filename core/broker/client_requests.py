@@ -16,6 +16,7 @@ from core.broker.topics import retry_topic
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
+from core.topic_names import group_problem, topic_problem
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker
@@ -142,8 +143,14 @@ def _lock_body(request: RemotingCommand) -> tuple[str, str, list[LockedQueue]]:
     for mq in doc.get("mqSet", []):
         if not isinstance(mq, dict):
             raise ValueError("mqSet holds objects")
-        queues.append(LockedQueue(str(mq.get("topic", "")), str(mq.get("brokerName", "")), int(mq.get("queueId", -1))))
-    return str(doc.get("consumerGroup", "")), str(doc.get("clientId", "")), queues
+        queue = LockedQueue(str(mq.get("topic", "")), str(mq.get("brokerName", "")), int(mq.get("queueId", -1)))
+        if problem := topic_problem(queue.topic):
+            raise ValueError(problem)
+        queues.append(queue)
+    group = str(doc.get("consumerGroup", ""))
+    if problem := group_problem(group):
+        raise ValueError(problem)
+    return group, str(doc.get("clientId", "")), queues
 
 
 def lock_batch(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:

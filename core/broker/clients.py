@@ -3,9 +3,11 @@ connection closes, they unregister, or they stay silent too long."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.topic_names import group_problem, topic_problem
 from formats.tags import subscription_codes
 
 
@@ -61,10 +63,19 @@ def check_heartbeat(doc: object) -> dict[str, Any]:
     for kind in ("producerDataSet", "consumerDataSet"):
         for i, item in enumerate(_objects(doc, kind)):
             _scalar(item, "groupName", f"{kind}[{i}]")
+            _name(item, "groupName", group_problem, f"{kind}[{i}]")
             for j, sub in enumerate(_objects(item, "subscriptionDataSet", f"{kind}[{i}]")):
                 for key in ("topic", "subString"):
                     _scalar(sub, key, f"{kind}[{i}].subscriptionDataSet[{j}]")
+                _name(sub, "topic", topic_problem, f"{kind}[{i}].subscriptionDataSet[{j}]")
     return doc
+
+
+def _name(doc: dict[str, Any], key: str, problem_of: Callable[[str], str | None], where: str) -> None:
+    """A topic or group name the body carries: refused as its header field would be."""
+    value = doc.get(key)
+    if value is not None and value != "" and (problem := problem_of(str(value))):
+        raise ValueError(f"{where}.{key}: {problem}")
 
 
 def _objects(doc: dict[str, Any], key: str, where: str = "") -> list[dict[str, Any]]:

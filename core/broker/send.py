@@ -15,6 +15,7 @@ from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.store.message_store import PutResult
+from core.topic_names import send_refusal
 from formats.batch import decode_batch
 from formats.compression import decompress
 from formats.msgid import encode_offset_msg_id
@@ -38,6 +39,9 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
     problem = topic_problem(header.topic)
     if problem:
         return request.reply(ResponseCode.SYSTEM_ERROR, problem)
+    refusal = send_refusal(header.topic)  # only the broker writes its system topics
+    if refusal:
+        return request.reply(ResponseCode.NO_PERMISSION, refusal)
     config = broker.topics.get(header.topic)
     if config is None:
         if header.topic.startswith(RETRY_PREFIX):
@@ -64,7 +68,8 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
     base_props[CLUSTER] = broker.cluster
     try:
         if batch or header.batch:
-            body, item_sysflag = _inflated_batch(request.body, header.sysflag)
+            body, item_sysflag = _inflated_batch(request.body, header.sysflag,
+                                                 broker.store.config.message_size_bytes_max)
             items = decode_batch(body)
             if not items:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
@@ -158,13 +163,14 @@ def _sent(broker: Broker, request: RemotingCommand, queue_id: int, results: list
     })
 
 
-def _inflated_batch(body: bytes, sysflag: int) -> tuple[bytes, int]:
+def _inflated_batch(body: bytes, sysflag: int, size_max: int) -> tuple[bytes, int]:
     """A batch body and the sysflag its items are stored with. The C++ client compresses a
-    whole batch body over 4 KiB and flags the request; its items are stored inflated."""
+    whole batch body over 4 KiB and flags the request; its items are stored inflated. A whole
+    batch is one message to RocketMQ's size limit, so it may inflate to ``size_max`` at most."""
     kind = compression_type(sysflag)
     if kind is None:
         return body, sysflag
-    return decompress(body, kind), sysflag & ~(COMPRESSED | COMPRESSION_TYPE_MASK)
+    return decompress(body, kind, size_max), sysflag & ~(COMPRESSED | COMPRESSION_TYPE_MASK)
 
 
 def _delayed(props: dict[str, str]) -> bool:
