@@ -21,6 +21,7 @@ from pathlib import Path
 import trio
 
 from core.broker.persist import load_json, save_json
+from core.broker.real_destination import real_destination
 from core.errors import StoreError
 from core.store.message_store import MessageStore
 from core.topic_names import SCHEDULE_TOPIC
@@ -61,16 +62,13 @@ def to_schedule(rec: MessageRecord, level: int, levels: int) -> MessageRecord:
 
 
 def from_schedule(rec: MessageRecord, store_host: tuple[str, int]) -> MessageRecord | None:
-    """The message to deliver for a due schedule record, or ``None`` when it lacks its real
-    topic (not something this broker wrote: skipped and logged)."""
+    """The message to deliver for a due schedule record, or ``None`` when it lacks a valid real
+    topic and queue (not something this broker wrote: skipped and logged)."""
+    where = real_destination(rec.properties)
+    if where is None:
+        return None
+    topic, queue_id = where
     props = dict(rec.properties)
-    topic = props.get(REAL_TOPIC)
-    try:
-        queue_id = int(props.get(REAL_QID, ""))
-    except ValueError:
-        return None
-    if not topic:
-        return None
     props.pop(DELAY, None)
     return MessageRecord(
         topic=topic, body=rec.body, properties=props, queue_id=queue_id, flag=rec.flag,
@@ -157,7 +155,7 @@ class ScheduleService:
             return
         real = from_schedule(rec, self.store_host)
         if real is None:
-            log.warning("schedule: the record at %d has no REAL_TOPIC/REAL_QID; skipped", phys_offset)
+            log.warning("schedule: the record at %d has no valid REAL_TOPIC/REAL_QID; skipped", phys_offset)
             self.stats.skipped_malformed += 1
             return
         if due_ms < self._uncertain_before_ms and self._already_delivered(real, rec.store_timestamp):

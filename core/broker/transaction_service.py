@@ -25,6 +25,7 @@ from pathlib import Path
 import trio
 
 from core.broker.persist import load_json, save_json
+from core.broker.real_destination import real_destination
 from core.broker.transactions import (
     HALF_QUEUE_ID,
     HalfTable,
@@ -33,7 +34,6 @@ from core.broker.transactions import (
     gave_up,
     op_half_offset,
     op_record,
-    real_destination,
     to_half,
 )
 from core.config import BrokerSettings
@@ -127,7 +127,7 @@ class TransactionService:
             if not (entry.recovered and self._commit_stored(entry, half)):
                 final = committed(half, self.store_host)
                 if final is None:
-                    raise TransactionDecisionError(f"the half at commitLogOffset {phys_offset} lacks REAL_TOPIC/REAL_QID")
+                    raise TransactionDecisionError(f"the half at commitLogOffset {phys_offset} lacks a valid REAL_TOPIC/REAL_QID")
                 result = self.store.put(self.schedule_hold(final))
                 entry.recovered = True  # should the op record fail now, a retry must not store it twice
         self._close(entry)
@@ -150,7 +150,7 @@ class TransactionService:
 
     def _commit_stored(self, entry: OpenHalf, half: MessageRecord) -> bool:
         """Whether the commit of ``half`` is in its real topic already (a crash lost its op)."""
-        where, uniq = real_destination(half), half.properties.get(UNIQ_KEY)
+        where, uniq = real_destination(half.properties), half.properties.get(UNIQ_KEY)
         if where is None or not uniq:
             return False
         return any(c.prepared_tx_offset == entry.phys_offset and transaction_type(c.sysflag) == TRANSACTION_COMMIT
@@ -191,7 +191,7 @@ class TransactionService:
         return out
 
     def _check_command(self, entry: OpenHalf, half: MessageRecord) -> RemotingCommand:
-        where = real_destination(half) or (half.topic, half.queue_id)
+        where = real_destination(half.properties) or (half.topic, half.queue_id)
         shown = replace(half, topic=where[0], queue_id=where[1], properties_text=None)
         uniq = half.properties.get(UNIQ_KEY, "")
         host, port = half.store_host

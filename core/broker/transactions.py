@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from core.broker.real_destination import real_destination
 from core.topic_names import TRANS_CHECK_MAX_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_TOPIC
 from formats.properties import PGROUP, REAL_QID, REAL_TOPIC, TAGS, TRAN_MSG
 from formats.record import Host, MessageRecord
@@ -44,20 +45,10 @@ def to_half(rec: MessageRecord) -> MessageRecord:
                    properties=props, properties_text=None)
 
 
-def real_destination(half: MessageRecord) -> tuple[str, int] | None:
-    """The topic and queue a half was sent to, or ``None`` when it does not say (not ours)."""
-    topic = half.properties.get(REAL_TOPIC)
-    try:
-        queue_id = int(half.properties.get(REAL_QID, ""))
-    except ValueError:
-        return None
-    return (topic, queue_id) if topic else None
-
-
 def committed(half: MessageRecord, store_host: Host) -> MessageRecord | None:
     """The message a commit stores in the real topic (``None`` when the half lacks its real
     topic). Consumers see ``TRAN_MSG`` and ``PGROUP`` as RocketMQ's do."""
-    where = real_destination(half)
+    where = real_destination(half.properties)
     if where is None:
         return None
     props = dict(half.properties)
