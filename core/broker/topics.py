@@ -3,16 +3,28 @@ topic name validation."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from core.broker.persist import load_json, save_json
-from core.topic_names import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX, retry_topic, topic_problem
+from core.topic_names import (
+    AUTO_CREATE_TOPIC,
+    DLQ_PREFIX,
+    QUEUE_NUMS_MAX,
+    RETRY_PREFIX,
+    queue_nums_problem,
+    retry_topic,
+    shown,
+    topic_problem,
+)
 
-__all__ = ["AUTO_CREATE_TOPIC", "DLQ_PREFIX", "RETRY_PREFIX", "TopicConfig", "TopicTable", "retry_topic",
-           "topic_problem"]
+__all__ = ["AUTO_CREATE_TOPIC", "DLQ_PREFIX", "QUEUE_NUMS_MAX", "RETRY_PREFIX", "TopicConfig", "TopicTable",
+           "queue_nums_problem", "retry_topic", "topic_problem"]
+
+log = logging.getLogger(__name__)
 
 PERM_PRIORITY = 8
 PERM_READ = 4
@@ -44,8 +56,33 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TopicConfig:
-        return cls(doc["topicName"], int(doc.get("readQueueNums", 4)), int(doc.get("writeQueueNums", 4)),
-                   int(doc.get("perm", 6)), int(doc.get("topicSysFlag", 0)), bool(doc.get("order", False)))
+        """A stored or a master's TopicConfig; ValueError when its name or queue counts are not
+        ones this broker would have made (they size loops and name folders)."""
+        config = cls(str(doc["topicName"]), int(doc.get("readQueueNums", 4)), int(doc.get("writeQueueNums", 4)),
+                     int(doc.get("perm", 6)), int(doc.get("topicSysFlag", 0)), bool(doc.get("order", False)))
+        problem = topic_problem(config.name) or queue_nums_problem(config.read_queue_nums, config.write_queue_nums,
+                                                                   config.perm)
+        if problem:
+            raise ValueError(problem)
+        return config
+
+
+def topic_configs(table: object, source: str) -> dict[str, TopicConfig]:
+    """The valid entries of a ``topicConfigTable`` (from ``topics.json`` or a master); the
+    others are logged and left out, so one bad entry does not stop the broker."""
+    configs: dict[str, TopicConfig] = {}
+    for name, doc in (table.items() if isinstance(table, dict) else ()):
+        try:
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
+            config = TopicConfig.from_json(doc)
+            if config.name != name:
+                raise ValueError(f"its topicName is {shown(config.name)}")
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            log.warning("%s: topic %s left out: %s", source, shown(str(name)), exc)
+            continue
+        configs[name] = config
+    return configs
 
 
 class TopicTable:
@@ -58,7 +95,7 @@ class TopicTable:
         self.version = {"counter": 0, "timestamp": int(time.time() * 1000)}
         doc = load_json(path)
         if doc:
-            self.topics = {name: TopicConfig.from_json(cfg) for name, cfg in doc.get("topicConfigTable", {}).items()}
+            self.topics = topic_configs(doc.get("topicConfigTable"), str(path))
             self.version = doc.get("dataVersion", self.version)
         if auto_create:
             self.topics.setdefault(AUTO_CREATE_TOPIC, TopicConfig(
@@ -97,7 +134,7 @@ class TopicTable:
 
     def replace_from(self, wrapper: dict[str, Any]) -> bool:
         """Take a master's whole table (a slave's periodic copy); True when it changed."""
-        topics = {name: TopicConfig.from_json(cfg) for name, cfg in (wrapper.get("topicConfigTable") or {}).items()}
+        topics = topic_configs(wrapper.get("topicConfigTable"), "the master's topic table")
         if topics == self.topics:
             return False
         self.topics = topics

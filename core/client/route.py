@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from core.config import MASTER_ID
+from core.topic_names import QUEUE_NUMS_MAX
 
 PERM_READ = 4
 PERM_WRITE = 2
@@ -51,8 +52,10 @@ def parse_route(topic: str, body: bytes) -> TopicRoute:
     write, read = [], []
     for q in sorted(doc.get("queueDatas") or [], key=lambda q: q["brokerName"]):
         name, perm = q["brokerName"], int(q.get("perm", 6))
+        # a name server's counts size these lists: no more than a broker can have
+        writes, reads = (min(int(q.get(f, 0)), QUEUE_NUMS_MAX) for f in ("writeQueueNums", "readQueueNums"))
         if perm & PERM_WRITE and MASTER_ID in brokers.get(name, {}):
-            write += [MessageQueue(topic, name, i) for i in range(int(q.get("writeQueueNums", 0)))]
+            write += [MessageQueue(topic, name, i) for i in range(writes)]
         if perm & PERM_READ:
-            read += [MessageQueue(topic, name, i) for i in range(int(q.get("readQueueNums", 0)))]
+            read += [MessageQueue(topic, name, i) for i in range(reads)]
     return TopicRoute(topic, brokers, tuple(write), tuple(read))

@@ -15,6 +15,7 @@ from core.namesrv.route_table import RouteTable
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
+from core.topic_names import queue_nums_problem, shown, topic_problem
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ class NameServerProcessor:
             version = wrapper.get("dataVersion") or {}
             if not isinstance(topics, dict) or not isinstance(version, dict):
                 raise ValueError("topicConfigTable and dataVersion must be objects")
-        except (ValueError, orjson.JSONDecodeError, AttributeError) as exc:
+            topics = self._servable(ext["brokerName"], topics)
+        except (ValueError, TypeError, orjson.JSONDecodeError, AttributeError) as exc:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"bad REGISTER_BROKER body: {exc}")
         result = self.routes.register(
             cluster=ext["clusterName"], broker_name=ext["brokerName"], broker_addr=ext["brokerAddr"],
@@ -91,6 +93,23 @@ class NameServerProcessor:
         if result.ha_addr:
             out["haServerAddr"] = result.ha_addr
         return request.reply(ResponseCode.SUCCESS, ext_fields=out)
+
+    @staticmethod
+    def _servable(broker_name: str, topics: dict[str, Any]) -> dict[str, Any]:
+        """The registered topics a route may name: a valid topic name, queue counts a broker
+        could have (they size every client's queue lists). Others are logged and left out."""
+        servable = {}
+        for topic, cfg in topics.items():
+            if not isinstance(cfg, dict):
+                raise ValueError(f"topicConfigTable[{shown(topic)}] must be an object")
+            problem = topic_problem(topic) or queue_nums_problem(
+                int(cfg.get("readQueueNums", 0)), int(cfg.get("writeQueueNums", 0)), int(cfg.get("perm", 6)))
+            if problem:
+                log.warning("broker %s registered topic %s, left out of routes: %s", shown(broker_name),
+                            shown(topic), problem)
+                continue
+            servable[topic] = cfg
+        return servable
 
     def _unregister_broker(self, request: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = request.ext_fields
