@@ -22,3 +22,7 @@ class RecordError(FormatError):
 
 class CompressionError(FormatError):
     """A body whose compression type is unknown or whose bytes do not decompress."""
+
+
+class DecompressedTooLargeError(CompressionError):
+    """A compressed body that inflates past the limit its reader set."""

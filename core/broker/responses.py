@@ -7,7 +7,7 @@ import logging
 from core.broker.headers import HeaderFieldError
 from core.errors import DiskFullError, MessageTooLargeError, ReadOnlyStoreError, StoreClosedError, StoreError
 from core.remoting.codes import ResponseCode
-from formats.errors import FormatError
+from formats.errors import DecompressedTooLargeError, FormatError
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +18,7 @@ def response_code(exc: Exception) -> tuple[int, str]:
         return ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}"
     if isinstance(exc, StoreClosedError):
         return ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now: the store is shutting down"
-    if isinstance(exc, MessageTooLargeError):
+    if isinstance(exc, (MessageTooLargeError, DecompressedTooLargeError)):
         return ResponseCode.MESSAGE_ILLEGAL, str(exc)
     if isinstance(exc, (HeaderFieldError, FormatError)):
         return ResponseCode.SYSTEM_ERROR, str(exc)
