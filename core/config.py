@@ -11,6 +11,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from core.errors import ConfigError
@@ -264,6 +265,15 @@ class BrokerNode:
         return f"{self.name}-{self.id}"
 
 
+# Field metadata of a secret: never printed (repr, mqctl config get/set, logs, errors).
+SECRET = MappingProxyType({"secret": True})
+ACL_KEY_LENGTH_MIN = 7  # RocketMQ: access and secret keys longer than 6 characters
+
+
+def is_secret(f: dataclasses.Field[Any]) -> bool:
+    return bool(f.metadata.get("secret"))
+
+
 @dataclass(frozen=True, slots=True)
 class AclConfig:
     """RocketMQ-compatible access control (off by default). ``file`` is a RocketMQ
@@ -274,14 +284,14 @@ class AclConfig:
     enabled: bool = False
     file: str = "plain_acl.yml"
     access_key: str = ""
-    secret_key: str = ""
-
-    def __repr__(self) -> str:  # keep the secret out of logs
-        return f"AclConfig(enabled={self.enabled}, file={self.file!r}, access_key={self.access_key!r})"
+    secret_key: str = field(default="", repr=False, metadata=SECRET)
 
     def __post_init__(self) -> None:
         if bool(self.access_key) != bool(self.secret_key):
             raise ConfigError("[acl] access_key and secret_key go together")
+        if self.secret_key and min(len(self.access_key), len(self.secret_key)) < ACL_KEY_LENGTH_MIN:
+            raise ConfigError(f"[acl] access_key and secret_key need at least {ACL_KEY_LENGTH_MIN} "
+                              "characters (RocketMQ's minimum)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import tomlkit
 import tomlkit.exceptions
 import typer
 
-from core.config import Config, parse_config
+from core.config import Config, is_secret, parse_config
 from core.errors import ConfigError
 from mqctl.context import config_path
 from mqctl.errors import CliError
@@ -51,6 +51,9 @@ def _config_parts() -> tuple[dict[str, type], list[str]]:
 SECTIONS, ARRAYS = _config_parts()
 
 
+SECRET_SHOWN = "********"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Key:
     """One ``section.field`` of conf.toml, with the field's type and default."""
@@ -59,6 +62,7 @@ class Key:
     field: str
     type: Any
     default: Any
+    secret: bool = False  # never printed: shown as SECRET_SHOWN
 
     def __str__(self) -> str:
         return f"{self.section}.{self.field}"
@@ -78,7 +82,7 @@ def parse_key(text: str) -> Key:
     if field not in fields:
         valid = ", ".join(f"{section}.{name}" for name in fields)
         raise CliError(f"unknown key {text!r}; the keys of [{section}] are: {valid}")
-    return Key(section, field, typing.get_type_hints(cls)[field], fields[field].default)
+    return Key(section, field, typing.get_type_hints(cls)[field], fields[field].default, is_secret(fields[field]))
 
 
 def convert(key: Key, text: str) -> Any:
@@ -115,8 +119,10 @@ def refuse_not_yet_available(key: Key, value: Any) -> None:
         raise CliError(f"{key} {value}: {reason}")
 
 
-def show(value: Any) -> str:
-    """A value as conf.toml spells it (true, not True)."""
+def show(value: Any, key: Key | None = None) -> str:
+    """A value as conf.toml spells it (true, not True); a secret key's value masked."""
+    if key is not None and key.secret:
+        return SECRET_SHOWN
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -205,9 +211,10 @@ def get(
     value = getattr(getattr(config, parsed.section), parsed.field)
     present, _ = _file_value(tomllib.loads(text), parsed)
     if as_json:
-        typer.echo(json.dumps({"key": str(parsed), "value": value, "source": "file" if present else "default"}, default=str))
+        doc = {"key": str(parsed), "value": shown_json(value, parsed), "source": "file" if present else "default"}
+        typer.echo(json.dumps(doc | ({"secret": True} if parsed.secret else {}), default=str))
     else:
-        typer.echo(show(value))
+        typer.echo(show(value, parsed))
 
 
 @config_app.command("set")
@@ -223,8 +230,14 @@ def set_cmd(
     refuse_not_yet_available(parsed, new)
     old, changed = set_value(config_path(ctx), parsed, new)
     if as_json:
-        typer.echo(json.dumps({"key": str(parsed), "old": old, "new": new, "changed": changed}, default=str))
+        doc = {"key": str(parsed), "old": shown_json(old, parsed), "new": shown_json(new, parsed), "changed": changed}
+        typer.echo(json.dumps(doc | ({"secret": True} if parsed.secret else {}), default=str))
     elif changed:
-        typer.echo(f"{parsed}: {show(old)} -> {show(new)} ({RESTART_HINT})")
+        typer.echo(f"{parsed}: {show(old, parsed)} -> {show(new, parsed)} ({RESTART_HINT})")
     else:
-        typer.echo(f"{parsed}: already {show(new)} (file not changed)")
+        typer.echo(f"{parsed}: already {show(new, parsed)} (file not changed)")
+
+
+def shown_json(value: Any, key: Key) -> Any:
+    """``value`` for a JSON document: itself, or masked for a secret key."""
+    return SECRET_SHOWN if key.secret else value

@@ -120,7 +120,7 @@ def _normal(address: str) -> str:
 @dataclass(frozen=True)
 class Account:
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)  # never in a log line or an error
     admin: bool = False
     white: tuple[AddressPattern, ...] = ()
     default_topic_perm: int = DENY

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from core.broker.acl import Account, AclPolicy, AddressPattern, parse_perm
+from core.config import ACL_KEY_LENGTH_MIN
 from core.errors import ConfigError
 
 
@@ -31,7 +32,6 @@ class AclFileError(Exception):
     """An entry of the file is not what RocketMQ's format allows."""
 
 
-KEY_LENGTH_MIN = 7  # RocketMQ: access and secret keys longer than 6 characters
 
 
 def load_acl(path: Path) -> AclPolicy:
@@ -64,8 +64,8 @@ def _account(raw: dict[str, Any], i: int) -> Account:
     where = f"accounts[{i}]"
     access_key = _text(raw.get("accessKey"), f"{where}.accessKey")
     secret_key = _text(raw.get("secretKey"), f"{where}.secretKey")
-    if len(access_key) < KEY_LENGTH_MIN or len(secret_key) < KEY_LENGTH_MIN:
-        raise AclFileError(f"{where}: accessKey and secretKey need at least {KEY_LENGTH_MIN} characters")
+    if len(access_key) < ACL_KEY_LENGTH_MIN or len(secret_key) < ACL_KEY_LENGTH_MIN:
+        raise AclFileError(f"{where}: accessKey and secretKey need at least {ACL_KEY_LENGTH_MIN} characters")
     white_raw = raw.get("whiteRemoteAddress")
     white = _patterns([white_raw] if isinstance(white_raw, str) else _list(raw, "whiteRemoteAddress"),
                       f"{where}.whiteRemoteAddress")

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from core.broker.acl import DENY, PUB, SUB, AddressPattern, parse_perm, request_resources
-from core.broker.acl_file import load_acl, parse_acl
+from core.broker.acl_file import AclFileError, load_acl, parse_acl
 from core.errors import ConfigError
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
@@ -147,3 +147,15 @@ def test_a_bad_file_is_refused_with_its_name_and_entry(tmp_path):
                     "    secretKey: 12345678\n    defaultTopicPerm: SUB\n    groupPerms:\n      - groupB=PUB|SUB\n")
     policy = load_acl(path)
     assert policy.accounts["RocketMQ"].owned("AnyTopic") == SUB and policy.accounts["RocketMQ"].owned("%RETRY%groupB") == 12
+
+
+def test_secret_keys_stay_out_of_reprs_and_errors():
+    # found: acl.Account's repr held the secret key, so any log line or error showing an account
+    # (or the policy holding it) printed it
+    shown = [repr(POLICY), str(POLICY), repr(POLICY.accounts["admin-key"]), repr(PRODUCER), str(PRODUCER)]
+    for text in shown:
+        assert "secret" not in text.replace("secret_key=***", ""), text
+    assert "producer-key" in repr(POLICY.accounts["producer-key"])  # the account is still named
+    with pytest.raises(AclFileError) as refused:
+        parse_acl({"accounts": [{"accessKey": "someone-key", "secretKey": "sh-42x"}]})
+    assert "sh-42x" not in str(refused.value)

@@ -106,3 +106,24 @@ def test_a_missing_section_is_created(conf, mqctl):
     text = conf.read_text()
     assert "# only a comment and a store" in text and 'flush = "async"  # keep me' in text
     assert tomllib.loads(text) == {"store": {"flush": "async"}, "replication": {"mode": "sync"}}
+
+
+def test_secrets_are_never_printed_by_get_or_set(conf, mqctl):
+    # found: `config set acl.secret_key X` printed the old and the new secret
+    conf.write_text(conf.read_text().replace('# access_key = "admin-key"', 'access_key = "admin-key-1"')
+                    .replace('# secret_key = "admin-secret"', 'secret_key = "first-secret-value"'))
+    runs = [mqctl("config", "set", "acl.secret_key", "second-secret-value"),
+            mqctl("config", "set", "acl.secret_key", "third-secret-value", "--json"),
+            mqctl("config", "set", "acl.secret_key", "third-secret-value"),  # unchanged
+            mqctl("config", "get", "acl.secret_key"), mqctl("config", "get", "acl.secret_key", "--json"),
+            mqctl("config", "set", "acl.secret_key", "sh-42x")]  # refused: the error must not show it either
+    for done in runs:
+        shown = done.stdout + done.stderr
+        assert not any(s in shown for s in ("first-secret", "second-secret", "third-secret", "sh-42x")), shown
+    assert tomllib.loads(conf.read_text())["acl"]["secret_key"] == "third-secret-value"  # the file has it
+    assert runs[0].stdout.strip() == "acl.secret_key: ******** -> ******** (restart the nodes to apply: mqctl restart)"
+    assert json.loads(runs[1].stdout) == {"key": "acl.secret_key", "old": "********", "new": "********",
+                                          "changed": True, "secret": True}
+    assert runs[3].stdout.strip() == "********"
+    assert runs[5].returncode != 0 and "at least 7 characters" in runs[5].stderr
+    assert mqctl("config", "get", "acl.access_key").stdout.strip() == "admin-key-1"  # not a secret
