@@ -10,6 +10,7 @@ import platform
 import shutil
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, cast
@@ -250,9 +251,13 @@ def run_workers(mode: str, base_args: dict[str, object], processes: int) -> dict
     latencies = sorted(x for r in results for x in r["latencies_ms"])
     extra = {}
     if mode == "produce":
+        statuses: Counter[str] = Counter()
+        for r in results:
+            statuses.update(r["statuses"])
         extra = {"batch_requests": sum(r["batch_requests"] for r in results),
                  "batched": sum(r["batched"] for r in results),
-                 "faults": [dict(row, worker=i) for i, r in enumerate(results) for row in r["faults"]]}
+                 "faults": [dict(row, worker=i) for i, r in enumerate(results) for row in r["faults"]],
+                 "statuses": dict(sorted(statuses.items()))}
     return {**extra, "mode": mode, "processes": processes, "messages": count, "seconds": round(elapsed, 3),
             "msgs_per_s": round(count / elapsed) if elapsed else 0,
             "mb_per_s": round(size / elapsed / 1e6, 1) if elapsed else 0.0,
@@ -266,6 +271,9 @@ def _print_run(result: dict[str, object], as_json: bool, extra: str = "") -> Non
     typer.echo(f"{result['mode']}: {result['messages']:,} messages in {result['seconds']} s from "
                f"{result['processes']} process(es){extra}: {result['msgs_per_s']:,} msgs/s, "
                f"{result['mb_per_s']} MB/s, p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms")
+    statuses = cast(dict[str, int], result.get("statuses", {}))
+    if statuses:  # a producer's answers by status; only SEND_OK counts above
+        typer.echo("  statuses: " + ", ".join(f"{name} {count:,}" for name, count in statuses.items()))
 
 
 @bench_app.command("produce")

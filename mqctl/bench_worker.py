@@ -1,7 +1,8 @@
 """A benchmark client process: ``python -m mqctl.bench_worker JSON_ARGS``.
 
 Prints ``ready`` once connected, waits for ``go`` on stdin, runs, prints one JSON result:
-count, bytes, elapsed seconds and a quantile-preserving sample of latencies (ms).
+count, bytes, elapsed seconds and a quantile-preserving sample of latencies (ms). A producer
+counts only SEND_OK answers (and their latencies) and reports how many sends got each status.
 """
 
 from __future__ import annotations
@@ -9,16 +10,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from collections import Counter
+from typing import Any, cast
 
 import trio
 
-from core.client.producer import Message, Producer
+from core.client.producer import Message, Producer, SendResult
 from core.client.pull import PullStatus, max_offset, pull
 from core.client.runtime import open_client
 from mqctl.client_cmds import queue_selector
 
 SAMPLE_MAX = 20_000
+SEND_OK = "SEND_OK"
 
 
 def sample(latencies: list[float]) -> list[float]:
@@ -38,7 +41,8 @@ async def wait_go() -> None:
 
 async def produce(args: dict[str, Any]) -> dict[str, Any]:
     body = b"x" * args["size"]
-    latencies: list[float] = []
+    latencies: list[float] = []  # of SEND_OK answers: only those count toward throughput
+    statuses: Counter[str] = Counter()
     async with open_client(args["namesrv"], instance=f"bench-{args['worker']}") as client:
         producer = Producer(client, "mqctl-bench", compression=None, timeout_s=10, auto_batch=args["auto_batch"],
                             batch_messages_max=args["batch_max"],
@@ -48,17 +52,25 @@ async def produce(args: dict[str, Any]) -> dict[str, Any]:
         await wait_go()
         start = time.perf_counter()
         if args["api"] == "async":
-            await _produce_async(producer, args, body, latencies)
+            await _produce_async(producer, args, body, latencies, statuses)
         else:
-            await _produce_sync(producer, args, body, latencies)
+            await _produce_sync(producer, args, body, latencies, statuses)
         elapsed = time.perf_counter() - start
         requests, batched = (now - before for now, before in zip(producer.batch_statistics(), sent_before))
         faults = [row._asdict() for row in producer.fault_rows()]
     return {"count": len(latencies), "bytes": len(latencies) * args["size"], "elapsed": elapsed,
-            "latencies_ms": sample(latencies), "batch_requests": requests, "batched": batched, "faults": faults}
+            "latencies_ms": sample(latencies), "batch_requests": requests, "batched": batched, "faults": faults,
+            "statuses": dict(statuses)}
 
 
-async def _produce_sync(producer: Producer, args: dict[str, Any], body: bytes, latencies: list[float]) -> None:
+def _answered(result: SendResult, t0: float, latencies: list[float], statuses: Counter[str]) -> None:
+    statuses[result.status] += 1
+    if result.status == SEND_OK:
+        latencies.append((time.perf_counter() - t0) * 1000)
+
+
+async def _produce_sync(producer: Producer, args: dict[str, Any], body: bytes, latencies: list[float],
+                        statuses: Counter[str]) -> None:
     """``inflight`` tasks, each sending and awaiting one message at a time."""
     left = args["messages"]
 
@@ -67,15 +79,15 @@ async def _produce_sync(producer: Producer, args: dict[str, Any], body: bytes, l
         while left > 0:
             left -= 1
             t0 = time.perf_counter()
-            await producer.send(Message(args["topic"], body))
-            latencies.append((time.perf_counter() - t0) * 1000)
+            _answered(await producer.send(Message(args["topic"], body)), t0, latencies, statuses)
 
     async with trio.open_nursery() as nursery:
         for _ in range(args["inflight"]):
             nursery.start_soon(sender)
 
 
-async def _produce_async(producer: Producer, args: dict[str, Any], body: bytes, latencies: list[float]) -> None:
+async def _produce_async(producer: Producer, args: dict[str, Any], body: bytes, latencies: list[float],
+                         statuses: Counter[str]) -> None:
     """``send_async`` with a window: each answer sends the next message, so ``inflight``
     messages are always out (RocketMQ's benchmark with async sends)."""
     left = args["messages"]
@@ -94,7 +106,7 @@ async def _produce_async(producer: Producer, args: dict[str, Any], body: bytes, 
             if isinstance(result, Exception):
                 failures.append(result)
             else:
-                latencies.append((time.perf_counter() - t0) * 1000)
+                _answered(cast(SendResult, result), t0, latencies, statuses)
             if left > 0 and not failures:
                 send_next()
             elif answered == args["messages"] or failures:

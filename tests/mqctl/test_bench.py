@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+from tests.conftest import running_cluster
+
 
 def test_bench_store_reports_both_modes_and_the_baseline(tmp_path, subprocess_env):
     out = subprocess.run(
@@ -65,3 +67,17 @@ def test_bench_replication_runs_every_setup_and_the_slaves_catch_up(tmp_path, su
     assert set(result["median"]) == {"single", "async", "sync"} and len(result["round_ratios"]) == 1
     assert result["async_to_single"] > 0 and result["sync_to_async"] > 0 and result["slaves_caught_up"]
     assert list(tmp_path.iterdir()) == [], "bench must stop its clusters and delete their folders"
+
+
+def test_bench_produce_counts_only_send_ok_and_prints_each_status(tmp_path, subprocess_env):
+    # found: every answered send counted toward throughput, SLAVE_NOT_AVAILABLE included, and the
+    # statuses were never shown. A sync master without its slave answers SLAVE_NOT_AVAILABLE.
+    with running_cluster(tmp_path, subprocess_env, mode="sync") as cluster:
+        out = cluster.mqctl("bench", "produce", "--messages", "40", "--inflight", "4", "--json")
+        assert out.returncode == 0, out.stderr
+        run = json.loads(out.stdout)
+        assert run["statuses"] == {"SLAVE_NOT_AVAILABLE": 40}
+        assert run["messages"] == 0 and run["msgs_per_s"] == 0 and run["mb_per_s"] == 0
+        text = cluster.mqctl("bench", "produce", "--messages", "20", "--inflight", "4", "--api", "sync")
+        assert text.returncode == 0, text.stderr
+        assert "0 messages" in text.stdout and "SLAVE_NOT_AVAILABLE 20" in text.stdout, text.stdout
