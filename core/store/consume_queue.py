@@ -22,6 +22,8 @@ from formats.consume_queue import (
 
 log = logging.getLogger(__name__)
 
+QUEUE_OFFSET_MAX = (10**20 - 1) // CQ_ENTRY_SIZE  # a file's 20-digit name holds its byte offset
+
 
 class ConsumeQueue:
     """One queue's entries; logical offset n lives at byte n * 20."""
@@ -35,6 +37,7 @@ class ConsumeQueue:
         self._tail: MappedFile | None = None
         self.room_end = 0  # one past the last logical offset the existing files can hold
         self.assigned = 0  # next logical offset handed to an append (ahead of max_offset until dispatch)
+        self.gap_pad_max = entries_per_file
 
     def recover(self, log_end: int) -> None:
         """Load the files, find the last written entry, and drop entries that point at or past
@@ -133,6 +136,12 @@ class ConsumeQueue:
         if qo < self.max_offset:
             return False
         if qo > self.max_offset:
+            # a queue offset read from the log (a master's, a raft leader's) sizes the padding:
+            # one file's worth at most, and file names stay 20 digits
+            if qo > QUEUE_OFFSET_MAX or (self.files.last is not None and qo - self.max_offset > self.gap_pad_max):
+                log.warning("consume queue %s-%d: entry %d far past its end %d left out", self.topic,
+                            self.queue_id, qo, self.max_offset)
+                return False
             if self.files.last is None:  # first seen far above 0 (a replica that starts mid-log)
                 self.ensure_room(qo)
                 self._pad(self.max_offset, qo)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import UnsafePathError
+from core.store.consume_queue import ConsumeQueue
 from core.store.message_store import CHECKPOINT_FILE, opened_store
 from core.store.paths import queue_dir
 from formats.record import prepare_record
@@ -72,3 +73,17 @@ def test_hostile_names_already_in_the_log_or_on_disk_are_skipped_and_the_store_o
         assert ("../../outside", 0) in store.queues.refused and ("Orders\n", 0) in store.queues.refused
         assert store.put(msg(4, topic="Orders", queue=0)).queue_offset == 2
     assert files_outside(tmp_path, root) == []
+
+
+def test_a_queue_offset_far_past_the_end_costs_at_most_one_file(tmp_path):
+    # a queue offset read from a master's or a raft leader's log sizes the padding before it:
+    # 10^12 entries would have been 300 files of padding made on the event loop
+    cq = ConsumeQueue(tmp_path / "Orders" / "0", "Orders", 0, 64)
+    assert cq.put_entry(0, 0, 100, 0)
+    assert not cq.put_entry(10**12, 100, 100, 0)
+    assert cq.put_entry(60, 200, 100, 0)  # a gap within a file's worth is padded, as before
+    assert cq.max_offset == 61 and [i for i, _ in cq.entries(0, 100)] == [0, 60]
+    assert len(cq.files.files) == 1
+    fresh = ConsumeQueue(tmp_path / "Orders" / "1", "Orders", 1, 64)
+    assert not fresh.put_entry(2**63 - 1, 0, 100, 0)  # its file's name would not fit 20 digits
+    assert fresh.put_entry(10**9, 0, 100, 0) and len(fresh.files.files) == 1  # a replica starting mid-log
