@@ -94,6 +94,15 @@ def update_consumer_offset(broker: Broker, request: RemotingCommand, conn: Conne
     group = request.ext_fields.get("consumerGroup", "")
     if not group:
         return request.reply(ResponseCode.SYSTEM_ERROR, "the request lacks the field consumerGroup")
+    # Each committed (group, topic, queue) is kept and written to consumerOffsets.json: only
+    # queues that exist, so a client cannot grow the table without bound (RocketMQ 4.x keeps
+    # whatever it is sent).
+    config = broker.topics.get(topic) or broker.adopt_replicated_topic(topic)
+    if config is None:
+        return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+    if not 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums):
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic {topic} has "
+                             f"{max(config.read_queue_nums, config.write_queue_nums)} queues")
     broker.offsets.commit(group, topic, queue_id, offset)
     return request.reply(ResponseCode.SUCCESS)
 

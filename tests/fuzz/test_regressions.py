@@ -85,3 +85,38 @@ async def test_a_heartbeat_with_numbers_where_objects_belong_is_refused(broker):
         answer = await client.invoke(address, RemotingCommand(code=RequestCode.HEART_BEAT, body=body))
         assert answer.code == ResponseCode.SYSTEM_ERROR and where in answer.remark, answer.remark
     await still_serves(client, address)
+
+
+async def test_offsets_are_kept_only_for_queues_that_exist(broker):
+    # found in review: UPDATE_CONSUMER_OFFSET stored any (group, topic, queue id) it was sent, and
+    # each one stayed in memory and in consumerOffsets.json: a client could grow them without bound
+    client, address = broker
+    assert (await client.invoke(address, send_cmd("Kept"))).code == ResponseCode.SUCCESS  # 4 queues
+
+    def commit(topic: str, queue_id: int) -> RemotingCommand:
+        return RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
+            "consumerGroup": "g1", "topic": topic, "queueId": str(queue_id), "commitOffset": "1"})
+
+    assert (await client.invoke(address, commit("Kept", 3))).code == ResponseCode.SUCCESS
+    assert (await client.invoke(address, commit("NeverSent", 0))).code == ResponseCode.TOPIC_NOT_EXIST
+    for queue_id in (4, 2**31 - 1, -1):
+        answer = await client.invoke(address, commit("Kept", queue_id))
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "illegal" in answer.remark
+    kept = await client.invoke(address, RemotingCommand(code=RequestCode.GET_ALL_CONSUMER_OFFSET))
+    assert b"NeverSent" not in kept.body and b"2147483647" not in kept.body and b"Kept@g1" in kept.body
+
+
+async def test_hostile_names_in_heartbeat_and_lock_bodies_are_refused(broker):
+    # a consumer group becomes a %RETRY% topic (and a folder); subscriptions name topics
+    client, address = broker
+    for body in (b'{"consumerDataSet": [{"groupName": "../../g"}]}',
+                 b'{"consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": "a/b"}]}]}',
+                 b'{"producerDataSet": [{"groupName": "p\\n"}]}'):
+        answer = await client.invoke(address, RemotingCommand(code=RequestCode.HEART_BEAT, body=body))
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in answer.remark, answer.remark
+    lock = b'{"consumerGroup": "g", "clientId": "c", "mqSet": [{"topic": "..", "brokerName": "b", "queueId": 0}]}'
+    answer = await client.invoke(address, RemotingCommand(code=RequestCode.LOCK_BATCH_MQ, body=lock))
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in answer.remark
+    topics = await client.invoke(address, RemotingCommand(code=RequestCode.GET_ALL_TOPIC_CONFIG))
+    assert b"../../g" not in topics.body
+    await still_serves(client, address)
