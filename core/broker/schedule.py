@@ -22,7 +22,7 @@ import trio
 
 from core.broker.persist import load_json, save_json
 from core.broker.real_destination import real_destination
-from core.errors import StoreError
+from core.errors import StoreError, UnsafePathError
 from core.store.message_store import MessageStore
 from core.topic_names import SCHEDULE_TOPIC
 from formats.errors import RecordError
@@ -161,7 +161,12 @@ class ScheduleService:
         if due_ms < self._uncertain_before_ms and self._already_delivered(real, rec.store_timestamp):
             self.stats.skipped_as_delivered += 1
             return
-        self.store.put(real)  # StoreError propagates: the offset stays here, tried again later
+        try:
+            self.store.put(real)  # other StoreErrors propagate: the offset stays here, tried again later
+        except UnsafePathError as exc:  # it would never go in: skipped, not blocking its level for good
+            log.warning("schedule: the record at %d cannot be delivered (%s); skipped", phys_offset, exc)
+            self.stats.skipped_malformed += 1
+            return
         self.stats.delivered += 1
 
     def _already_delivered(self, real: MessageRecord, scheduled_at_ms: int) -> bool:
