@@ -3,9 +3,14 @@
 Fields are found by name, whatever the request code, so a handler added later is covered
 without a line here; names carried in bodies (heartbeats, queue locks) are checked where those
 bodies are parsed. A name that fails gets SYSTEM_ERROR, as RocketMQ's TopicValidator answers.
+
+This runs on every request, sends included: names already found valid are remembered (a
+bounded set; a busy broker sees few distinct names), so the usual cost is a few lookups.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
@@ -17,23 +22,43 @@ GROUP_FIELDS = ("consumerGroup", "producerGroup", "group")
 _SHORT_NAMED = {RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
 SHORT_TOPIC_FIELDS = ("b", "c")
 SHORT_GROUP_FIELDS = ("a",)
+KNOWN_NAMES_MAX = 65536
+
+
+class _KnownValid:
+    """Names one rule accepted, so that the next request naming them skips the rule."""
+
+    def __init__(self, rule: Callable[[str], str | None]) -> None:
+        self.rule = rule
+        self.names: set[str] = set()
+
+    def first_problem(self, ext: dict[str, str], fields: tuple[str, ...]) -> str | None:
+        names = self.names
+        for field in fields:
+            value = ext.get(field)
+            if value and value not in names:
+                problem = self.rule(value)
+                if problem is not None:
+                    return problem
+                if len(names) >= KNOWN_NAMES_MAX:
+                    names.clear()
+                names.add(value)
+        return None
+
+
+_TOPICS = _KnownValid(topic_problem)
+_GROUPS = _KnownValid(group_problem)
+_SHORT_TOPIC_FIELDS = SHORT_TOPIC_FIELDS + TOPIC_FIELDS
+_SHORT_GROUP_FIELDS = SHORT_GROUP_FIELDS + GROUP_FIELDS
 
 
 def request_name_problem(request: RemotingCommand) -> str | None:
     """Why a topic or group the request's header names is not a valid name, or ``None``.
-    Empty fields are left to the handler (which knows whether it needs them)."""
+    Empty fields are left to the handler (which knows whether it needs them). A V2 send is
+    checked under both spellings: its header maps letters to names, so either may be read."""
     ext = request.ext_fields
     if not ext:
         return None
-    topics, groups = TOPIC_FIELDS, GROUP_FIELDS
     if request.code in _SHORT_NAMED:
-        topics, groups = SHORT_TOPIC_FIELDS + TOPIC_FIELDS, SHORT_GROUP_FIELDS + GROUP_FIELDS
-    for field in topics:
-        value = ext.get(field)
-        if value and (problem := topic_problem(value)):
-            return problem
-    for field in groups:
-        value = ext.get(field)
-        if value and (problem := group_problem(value)):
-            return problem
-    return None
+        return _TOPICS.first_problem(ext, _SHORT_TOPIC_FIELDS) or _GROUPS.first_problem(ext, _SHORT_GROUP_FIELDS)
+    return _TOPICS.first_problem(ext, TOPIC_FIELDS) or _GROUPS.first_problem(ext, GROUP_FIELDS)

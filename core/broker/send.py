@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from core.broker.headers import SendHeader
 from core.broker.replication import Replicated
 from core.broker.responses import response_code
-from core.broker.topics import RETRY_PREFIX, topic_problem
+from core.broker.topics import RETRY_PREFIX
 from core.broker.transactions import is_half
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
@@ -36,10 +36,9 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
         header = SendHeader.of(request, v2=v2)
     except ValueError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    problem = topic_problem(header.topic)
-    if problem:
-        return request.reply(ResponseCode.SYSTEM_ERROR, problem)
-    refusal = send_refusal(header.topic)  # only the broker writes its system topics
+    # the topic's name was checked before the handler (request_names); only the broker writes
+    # its system topics
+    refusal = send_refusal(header.topic)
     if refusal:
         return request.reply(ResponseCode.NO_PERMISSION, refusal)
     config = broker.topics.get(header.topic)
