@@ -21,7 +21,7 @@ import typer
 
 from core.client.fault import FaultRow
 from core.client.producer import BATCH_MESSAGES_MAX
-from core.config import StoreConfig
+from core.config import Config, StoreConfig
 from core.store.message_store import open_message_store
 from formats.msgid import UniqKeyGenerator
 from formats.record import MessageRecord, encode_record
@@ -33,6 +33,7 @@ from mqctl.client_cmds import fault_table
 from mqctl.context import load
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput, LatencyFault
+from mqctl.processes import node_cpu_seconds
 
 
 class SendApi(str, enum.Enum):
@@ -218,8 +219,11 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-def run_workers(mode: str, base_args: dict[str, object], processes: int) -> dict[str, object]:
-    """Start ``processes`` worker processes, release them together, merge their results."""
+def run_workers(mode: str, base_args: dict[str, object], processes: int,
+                nodes: Config | None = None) -> dict[str, object]:
+    """Start ``processes`` worker processes, release them together, merge their results. With
+    ``nodes``, also the CPU per message of each of its running nodes (from /proc) and of the
+    clients, from the go to the last result."""
     import subprocess
     import sys
 
@@ -235,6 +239,7 @@ def run_workers(mode: str, base_args: dict[str, object], processes: int) -> dict
             for q in procs:
                 q.kill()
             raise CliError(f"a {mode} worker failed to start: {line or 'no output'}")
+    nodes_before = node_cpu_seconds(nodes) if nodes is not None else {}
     for p in procs:
         assert p.stdin is not None
         p.stdin.write("go\n")
@@ -245,6 +250,7 @@ def run_workers(mode: str, base_args: dict[str, object], processes: int) -> dict
         if p.returncode != 0:
             raise CliError(f"a {mode} worker failed (exit {p.returncode})")
         results.append(json.loads(out.strip().splitlines()[-1]))
+    nodes_after = node_cpu_seconds(nodes) if nodes is not None else {}
     count = sum(r["count"] for r in results)
     size = sum(r["bytes"] for r in results)
     elapsed = max(r["elapsed"] for r in results)
@@ -258,6 +264,11 @@ def run_workers(mode: str, base_args: dict[str, object], processes: int) -> dict
                  "batched": sum(r["batched"] for r in results),
                  "faults": [dict(row, worker=i) for i, r in enumerate(results) for row in r["faults"]],
                  "statuses": dict(sorted(statuses.items()))}
+    if nodes is not None:  # every process of the run on this host: CPU per message beside throughput
+        cpu = {node: seconds - nodes_before[node] for node, seconds in nodes_after.items() if node in nodes_before}
+        cpu["clients"] = sum(r["cpu_s"] for r in results)
+        extra["cpu_us_per_msg"] = {name: round(seconds / count * 1e6, 1) if count else None
+                                   for name, seconds in cpu.items()}
     return {**extra, "mode": mode, "processes": processes, "messages": count, "seconds": round(elapsed, 3),
             "msgs_per_s": round(count / elapsed) if elapsed else 0,
             "mb_per_s": round(size / elapsed / 1e6, 1) if elapsed else 0.0,
@@ -274,6 +285,10 @@ def _print_run(result: dict[str, object], as_json: bool, extra: str = "") -> Non
     statuses = cast(dict[str, int], result.get("statuses", {}))
     if statuses:  # a producer's answers by status; only SEND_OK counts above
         typer.echo("  statuses: " + ", ".join(f"{name} {count:,}" for name, count in statuses.items()))
+    cpu = cast(dict[str, float | None], result.get("cpu_us_per_msg", {}))
+    if cpu:
+        typer.echo("  CPU per message: " + ", ".join(f"{name} {'-' if us is None else f'{us} us'}"
+                                                     for name, us in cpu.items()))
 
 
 @bench_app.command("produce")
@@ -295,8 +310,8 @@ def bench_produce(
     """Send 1 KiB messages to the running cluster with N in flight: msgs/s, MB/s, p50/p99
     (and each client's latency fault table, with --latency-fault)."""
     config = load(ctx)
-    result = _produce_run(config.namesrv_addresses, topic, messages, size, inflight, processes, auto_batch,
-                          batch_max, api, latency_fault)
+    result = _produce_run(config, topic, messages, size, inflight, processes, auto_batch, batch_max, api,
+                          latency_fault)
     batching = ""
     requests, batched = int(result["batch_requests"]), int(result["batched"])  # type: ignore[call-overload]
     if auto_batch and requests:
@@ -307,11 +322,11 @@ def bench_produce(
         typer.echo(fault_table([FaultRow(**{k: v for k, v in row.items() if k != "worker"}) for row in rows]))
 
 
-def _produce_run(namesrv: list[str], topic: str, messages: int, size: int, inflight: int, processes: int,
+def _produce_run(config: Config, topic: str, messages: int, size: int, inflight: int, processes: int,
                  auto_batch: bool, batch_max: int, api: SendApi, latency_fault: bool) -> dict[str, object]:
-    result = run_workers("produce", {"namesrv": namesrv, "topic": topic, "messages": messages, "size": size,
+    result = run_workers("produce", {"namesrv": config.namesrv_addresses, "topic": topic, "messages": messages, "size": size,
                                      "inflight": inflight, "auto_batch": auto_batch, "api": api.value,
-                                     "batch_max": batch_max, "latency_fault": latency_fault}, processes)
+                                     "batch_max": batch_max, "latency_fault": latency_fault}, processes, config)
     result.update(inflight=inflight, auto_batch=auto_batch, api=api.value, latency_fault=latency_fault)
     return result
 
@@ -336,8 +351,8 @@ def bench_selection(
     runs: dict[bool, list[dict[str, object]]] = {False: [], True: []}
     for r in range(rounds):
         for fault_on in ((False, True) if r % 2 == 0 else (True, False)):  # who goes first alternates
-            run = _produce_run(config.namesrv_addresses, topic, messages, 1024, inflight, 1, auto_batch,
-                               BATCH_MESSAGES_MAX, SendApi.ASYNC, fault_on)
+            run = _produce_run(config, topic, messages, 1024, inflight, 1, auto_batch, BATCH_MESSAGES_MAX,
+                               SendApi.ASYNC, fault_on)
             runs[fault_on].append(run)
             if not as_json:
                 typer.echo(f"round {r + 1} latency fault {'on ' if fault_on else 'off'}: {run['msgs_per_s']:>7,} msgs/s, "
@@ -369,7 +384,7 @@ def bench_consume(
 ) -> None:
     """Pull a topic from its start to its current end, every queue in flight at once."""
     config = load(ctx)
-    result = run_workers("consume", {"namesrv": config.namesrv_addresses, "topic": topic}, processes)
+    result = run_workers("consume", {"namesrv": config.namesrv_addresses, "topic": topic}, processes, config)
     _print_run(result, as_json)
 
 

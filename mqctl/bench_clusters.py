@@ -5,7 +5,6 @@ benchmark asks them (is the slave linked, has it caught up)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from core.remoting.command import RemotingCommand
 from mqctl import probe, replication_view
 from mqctl.errors import CliError
 from mqctl.nodes_cmd import start_nodes
-from mqctl.processes import START_TIMEOUT_S, nodes_of, running_pid, stop
+from mqctl.processes import START_TIMEOUT_S, node_cpu_seconds, nodes_of, stop
 from mqctl.replication_view import SlaveLink
 
 SETUPS = ("single", "async", "sync")  # one broker; a master and a slave, async; the same, sync
@@ -104,15 +103,9 @@ def running(directory: Path, setup: str, timeout_s: float = START_TIMEOUT_S) -> 
 
 def broker_cpu_seconds(cluster: BenchCluster) -> dict[str, float]:
     """CPU seconds (user + system) each broker has used so far, by role ("master", "slave")."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    for broker in cluster.config.brokers:
-        pid = running_pid(cluster.config, broker.node)
-        if pid is None:
-            continue
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        out["master" if broker.id == 0 else "slave"] = (int(fields[11]) + int(fields[12])) / ticks
-    return out
+    by_node = node_cpu_seconds(cluster.config)
+    return {"master" if broker.id == 0 else "slave": by_node[broker.node]
+            for broker in cluster.config.brokers if broker.node in by_node}
 
 
 def _runtime(address: str) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 Prints ``ready`` once connected, waits for ``go`` on stdin, runs, prints one JSON result:
 count, bytes, elapsed seconds and a quantile-preserving sample of latencies (ms). A producer
-counts only SEND_OK answers (and their latencies) and reports how many sends got each status.
+counts only SEND_OK answers (and their latencies) and reports how many sends got each status;
+both report their own CPU seconds from the go to the end.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def sample(latencies: list[float]) -> list[float]:
     return [latencies[int(i * step)] for i in range(SAMPLE_MAX)]
 
 
-async def wait_go() -> None:
+async def wait_go() -> float:
+    """Wait for the go; returns this process's CPU seconds at that moment."""
     print("ready", flush=True)
     line = await trio.to_thread.run_sync(sys.stdin.readline)
     if line.strip() != "go":
         raise SystemExit("no go")
+    return time.process_time()
 
 
 async def produce(args: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +52,7 @@ async def produce(args: dict[str, Any]) -> dict[str, Any]:
                             selector=queue_selector(args.get("latency_fault", False)))
         await producer.send(Message(args["topic"], body))  # routes and connections warm
         sent_before = producer.batch_statistics()
-        await wait_go()
+        cpu_at_go = await wait_go()
         start = time.perf_counter()
         if args["api"] == "async":
             await _produce_async(producer, args, body, latencies, statuses)
@@ -60,7 +63,7 @@ async def produce(args: dict[str, Any]) -> dict[str, Any]:
         faults = [row._asdict() for row in producer.fault_rows()]
     return {"count": len(latencies), "bytes": len(latencies) * args["size"], "elapsed": elapsed,
             "latencies_ms": sample(latencies), "batch_requests": requests, "batched": batched, "faults": faults,
-            "statuses": dict(statuses)}
+            "statuses": dict(statuses), "cpu_s": time.process_time() - cpu_at_go}
 
 
 def _answered(result: SendResult, t0: float, latencies: list[float], statuses: Counter[str]) -> None:
@@ -130,7 +133,7 @@ async def consume(args: dict[str, Any]) -> dict[str, Any]:
         if route is None:
             raise SystemExit(f"no route for {args['topic']}")
         queues = sorted(route.read_queues)[args["worker"]::args["workers"]]
-        await wait_go()
+        cpu_at_go = await wait_go()
         start = time.perf_counter()
 
         async def drain(mq, end: int) -> None:  # type: ignore[no-untyped-def]
@@ -151,7 +154,8 @@ async def consume(args: dict[str, Any]) -> dict[str, Any]:
             for mq in queues:
                 nursery.start_soon(drain, mq, ends[mq])
         elapsed = time.perf_counter() - start
-    return {"count": count, "bytes": size, "elapsed": elapsed, "latencies_ms": sample(latencies)}
+    return {"count": count, "bytes": size, "elapsed": elapsed, "latencies_ms": sample(latencies),
+            "cpu_s": time.process_time() - cpu_at_go}
 
 
 def main() -> None:

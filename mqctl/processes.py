@@ -67,6 +67,27 @@ def running_pid(config: Config, node: str) -> int | None:
     return pid
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used so far (from /proc), or ``None``
+    when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def node_cpu_seconds(config: Config) -> dict[str, float]:
+    """CPU seconds each running node of ``config`` has used so far, by node name."""
+    out: dict[str, float] = {}
+    for node in config.node_names():
+        pid = running_pid(config, node)
+        seconds = cpu_seconds(pid) if pid is not None else None
+        if seconds is not None:
+            out[node] = seconds
+    return out
+
+
 def _is_node_process(pid: int, node: str) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

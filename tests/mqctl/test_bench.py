@@ -31,6 +31,10 @@ def test_bench_produce_both_apis_then_consume_count_every_message(cluster):
         runs.append((int(batch_max), json.loads(out.stdout)))
     for batch_max, run in runs:
         assert run["messages"] == 3000 and run["msgs_per_s"] > 0 and 0 < run["p50_ms"] <= run["p99_ms"]
+        assert run["statuses"] == {"SEND_OK": 3000}
+        # CPU per message of every process of the run, from /proc and the workers' own clocks
+        cpu = run["cpu_us_per_msg"]
+        assert set(cpu) == {"ns1", "broker-a-0", "clients"} and cpu["broker-a-0"] > 0 and cpu["clients"] > 0, cpu
         # auto-batched: fewer requests than messages, none larger than the batch limit
         assert 3000 / batch_max <= run["batch_requests"] < 3000 and run["batched"] == 3000
     unbatched = cluster.mqctl("bench", "produce", "--messages", "200", "--no-auto-batch", "--latency-fault", "--json")
@@ -41,6 +45,7 @@ def test_bench_produce_both_apis_then_consume_count_every_message(cluster):
     assert row["broker"] == "broker-a" and row["failures"] == 0 and row["latency_ms"] > 0
     consumed = cluster.mqctl("bench", "consume", "--json")
     assert consumed.returncode == 0, consumed.stderr
+    assert json.loads(consumed.stdout)["cpu_us_per_msg"]["broker-a-0"] > 0
     # the warm-up send of each worker run is stored too: 5 produce runs' workers sent one each
     assert json.loads(consumed.stdout)["messages"] == 3000 * 2 + 200 + 5
 
@@ -78,6 +83,8 @@ def test_bench_produce_counts_only_send_ok_and_prints_each_status(tmp_path, subp
         run = json.loads(out.stdout)
         assert run["statuses"] == {"SLAVE_NOT_AVAILABLE": 40}
         assert run["messages"] == 0 and run["msgs_per_s"] == 0 and run["mb_per_s"] == 0
+        assert run["cpu_us_per_msg"]["broker-a-0"] is None  # no message counted: no per-message figure
         text = cluster.mqctl("bench", "produce", "--messages", "20", "--inflight", "4", "--api", "sync")
         assert text.returncode == 0, text.stderr
         assert "0 messages" in text.stdout and "SLAVE_NOT_AVAILABLE 20" in text.stdout, text.stdout
+        assert "CPU per message: ns1 -, broker-a-0 -, clients -" in text.stdout, text.stdout
