@@ -64,3 +64,17 @@ class NodeLog:
             text = f.read().decode(errors="replace")
         self.seen += len(text.encode(errors="replace"))
         return text
+
+
+def send_and_drain(address: str, data: bytes) -> None:
+    """Send ``data`` on a connection of its own, then read until the node closes it (or
+    resets it): raw bytes that may not be frames at all."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=ANSWER_S) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        try:
+            while sock.recv(1 << 16):
+                pass
+        except ConnectionResetError:
+            pass

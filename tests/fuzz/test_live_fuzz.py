@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from core.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand, encode_frame
 from formats.batch import BatchItem, encode_batch
 from tests.conftest import running_cluster
-from tests.fuzz.peer import ANSWER_S, NodeLog, Peer
+from tests.fuzz.peer import NodeLog, Peer, send_and_drain
 
 EXAMPLES = int(os.environ.get("MQ_FUZZ_EXAMPLES", "150"))
 LIVE = settings(max_examples=EXAMPLES, deadline=None,
@@ -283,15 +282,7 @@ def test_broken_byte_streams_close_one_connection_only(fuzz_cluster, node, healt
     @LIVE
     @given(broken_streams())
     def one_stream(data):
-        host, _, port = address.rpartition(":")
-        with socket.create_connection((host, int(port)), timeout=ANSWER_S) as sock:
-            sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
-            try:
-                while sock.recv(1 << 16):
-                    pass
-            except ConnectionResetError:
-                pass
+        send_and_drain(address, data)
         assert "Traceback" not in log.new()
         assert alive(bystander, health_code)
 
