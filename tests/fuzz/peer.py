@@ -4,6 +4,7 @@ real processes with."""
 
 from __future__ import annotations
 
+import errno
 import socket
 from pathlib import Path
 
@@ -67,14 +68,18 @@ class NodeLog:
 
 
 def send_and_drain(address: str, data: bytes) -> None:
-    """Send ``data`` on a connection of its own, then read until the node closes it (or
-    resets it): raw bytes that may not be frames at all."""
+    """Send ``data`` on a connection of its own, then read until the node closes it: raw
+    bytes that may not be frames at all. The node may close (or reset) the connection before
+    all of ``data`` is sent, as soon as it has read a header that lies: that is a clean end."""
     host, _, port = address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=ANSWER_S) as sock:
-        sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
         try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
             while sock.recv(1 << 16):
                 pass
-        except ConnectionResetError:
+        except (ConnectionResetError, BrokenPipeError):
             pass
+        except OSError as exc:
+            if exc.errno != errno.ENOTCONN:  # shut down after the node closed
+                raise
