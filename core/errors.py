@@ -75,3 +75,21 @@ class RpcRejected(RemotingError):
         super().__init__(remark)
         self.code = code
         self.remark = remark
+
+
+class FilterError(CoreError):
+    """A subscription's filter expression cannot be used."""
+
+
+class SelectorSyntaxError(FilterError, ValueError):
+    """An SQL92 selector that does not parse, or breaks one of RocketMQ's parse-time rules;
+    ``position`` is the 0-based character where it fails."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(f"{message} (at column {position + 1})")
+        self.position = position
+
+
+class SelectorEvalError(FilterError):
+    """Evaluating a selector on one message failed where RocketMQ's evaluator throws (a
+    property that does not convert to the number it is compared with): the message does not match."""
