@@ -46,6 +46,9 @@ Properties = Mapping[str, str]
 Eval = Callable[[Properties], "Value | None"]
 
 EXPRESSION_LENGTH_MAX = 8192  # a selector is a few clauses; a longer one is refused before parsing
+# conditions inside conditions, at most: evaluation recurses once per level, on the broker's
+# own stack, so a deeper tree is refused when it arrives rather than failing at each pull
+DEPTH_MAX = 200
 
 
 class Selector:
@@ -81,8 +84,23 @@ def compile_selector(expression: str) -> Selector:
     try:
         tree = parse(expression)
     except RecursionError:
-        raise SelectorSyntaxError("the selector nests too deeply", 0) from None
+        raise SelectorSyntaxError(f"the selector nests more than {DEPTH_MAX} levels deep", 0) from None
+    if _depth(tree) > DEPTH_MAX:
+        raise SelectorSyntaxError(f"the selector nests more than {DEPTH_MAX} levels deep", 0)
     return Selector(expression, tree)
+
+
+def _depth(tree: Node) -> int:
+    """The tree's depth, without recursion (a long AND/OR chain is a deep left spine)."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, (Logic, Equal, Order)):
+            todo += [(node.left, depth + 1), (node.right, depth + 1)]
+        elif isinstance(node, (Not, Cast, In, Text)):
+            todo.append((node.operand, depth + 1))
+    return deepest
 
 
 def _compile(node: Node) -> Eval:
