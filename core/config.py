@@ -166,6 +166,9 @@ class BrokerSettings:
     # "far behind": a pull this many bytes below the log's end (0: 40% of physical memory,
     # RocketMQ's accessMessageInMemoryMaxRatio)
     cold_read_lag_bytes: int = 0
+    # serve subscriptions by SQL92 over message properties (RocketMQ's enablePropertyFilter,
+    # also off by default there); off, an SQL92 subscription is refused, never starved
+    enable_property_filter: bool = False
     # a slave copies topics and consumer offsets from its master this often
     slave_sync_interval_ms: int = 10_000
     # what one peer may take (see core/remoting/limits.py); beyond: refused, SYSTEM_BUSY or closed

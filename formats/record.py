@@ -410,6 +410,11 @@ def decode_dispatch_fields(buf: ReadableBytes, pos: int, limit: int) -> Dispatch
     return DispatchFields(total, topic, queue_id, queue_offset, flags, store_ts, props)
 
 
+def record_properties(buf: ReadableBytes, pos: int = 0, limit: int | None = None) -> dict[str, str]:
+    """The properties of the record at ``pos`` (what an SQL92 selector reads), without its body."""
+    return decode_dispatch_fields(buf, pos, len(buf) if limit is None else limit).properties
+
+
 def _fully_decoded_fields(buf: ReadableBytes, pos: int, limit: int) -> DispatchFields:
     """The slow path (IPv6 hosts, or damage for decode_record to name)."""
     rec = decode_record(buf, pos, limit=limit, check_crc=False, with_body=False)

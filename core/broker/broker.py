@@ -13,6 +13,7 @@ import trio
 from core.broker import admin, client_requests, consumer_admin
 from core.broker.acl_file import AclFile
 from core.broker.clients import ClientRegistry
+from core.broker.consumer_filters import ConsumerFilterTable
 from core.broker.end_transaction import handle_end_transaction
 from core.broker.long_polling import PullHold
 from core.broker.offsets import ConsumerOffsets
@@ -70,7 +71,7 @@ class Broker:
         self.topics = TopicTable(root / "config" / "topics.json", auto_create=self.settings.auto_create_topic,
                                  default_queue_nums=self.settings.default_topic_queue_nums)
         self.offsets = ConsumerOffsets(root / "config" / "consumerOffsets.json")
-        self.clients = ClientRegistry()
+        self.clients = ClientRegistry(ConsumerFilterTable(sql_enabled=self.settings.enable_property_filter))
         self.register_wanted = trio.Event()
         self.nursery: trio.Nursery | None = None
         self.bind(split_address(node.listen)[1])
@@ -89,6 +90,7 @@ class Broker:
             RequestCode.LOCK_BATCH_MQ: client_requests.lock_batch,
             RequestCode.UNLOCK_BATCH_MQ: client_requests.unlock_batch,
             RequestCode.HEART_BEAT: client_requests.heartbeat,
+            RequestCode.CHECK_CLIENT_CONFIG: client_requests.check_client_config,
             RequestCode.UNREGISTER_CLIENT: client_requests.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: client_requests.consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: client_requests.query_consumer_offset,

@@ -1,4 +1,4 @@
-"""Requests from clients about themselves and their offsets: HEART_BEAT, UNREGISTER_CLIENT,
+"""Requests from clients about themselves and their offsets: HEART_BEAT, CHECK_CLIENT_CONFIG, UNREGISTER_CLIENT,
 GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET,
 SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME, LOCK/UNLOCK_BATCH_MQ."""
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from core.broker.clients import check_heartbeat
+from core.broker.consumer_filters import FilterRefused, build_filter
 from core.broker.headers import HeaderFieldError, as_int
 from core.broker.queue_locks import LockedQueue
 from core.broker.topics import retry_topic
@@ -43,6 +44,26 @@ def heartbeat(broker: Broker, request: RemotingCommand, conn: Connection) -> Rem
         broker.topics_changed()
     for group in changed:
         broker.consumer_group_changed(group)
+    return request.reply(ResponseCode.SUCCESS)
+
+
+def check_client_config(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    """CHECK_CLIENT_CONFIG: whether this broker can serve a subscription, asked by a consumer
+    before it starts (RocketMQ's Java consumer does for every non-TAG subscription)."""
+    try:
+        doc = orjson.loads(request.body) if request.body else {}
+    except orjson.JSONDecodeError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"bad CHECK_CLIENT_CONFIG body: {exc}")
+    sub = doc.get("subscriptionData") if isinstance(doc, dict) else None
+    if not isinstance(sub, dict):
+        return request.reply(ResponseCode.SUCCESS)
+    kind, expression = sub.get("expressionType"), sub.get("subString")
+    if not isinstance(kind, (str, type(None))) or not isinstance(expression, (str, type(None))):
+        return request.reply(ResponseCode.SYSTEM_ERROR, "expressionType and subString must be strings")
+    try:
+        build_filter(kind, expression, sql_enabled=broker.clients.filters.sql_enabled)
+    except FilterRefused as exc:
+        return request.reply(exc.code, exc.remark)
     return request.reply(ResponseCode.SUCCESS)
 
 

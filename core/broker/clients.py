@@ -3,24 +3,38 @@ connection closes, they unregister, or they stay silent too long."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.broker.consumer_filters import ConsumerFilterTable, FilterRefused
+from core.filter.expression_types import TAG, is_tag_type
 from core.topic_names import group_problem, topic_problem
 from formats.tags import subscription_codes
+
+log = logging.getLogger(__name__)
+SUB_VERSION_MAX = (1 << 63) - 1  # a Java long
 
 
 @dataclass(slots=True)
 class Subscription:
     topic: str
     expression: str
-    codes: set[int] | None  # None: every tag
+    codes: set[int] | None  # TAG: the tagsCodes wanted; None: every tag (and SQL92)
+    expression_type: str = TAG
+    version: int = 0  # the client's subVersion (ms when it subscribed)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Subscription:
-        expression = str(doc.get("subString", "*") or "*")
-        return cls(str(doc.get("topic", "")), expression, subscription_codes(expression))
+        kind = str(doc.get("expressionType") or TAG)
+        expression = str(doc.get("subString", "*") or ("*" if is_tag_type(kind) else ""))
+        codes = subscription_codes(expression) if is_tag_type(kind) else None
+        try:
+            version = min(max(int(doc.get("subVersion") or 0), 0), SUB_VERSION_MAX)
+        except (TypeError, ValueError):
+            version = 0
+        return cls(str(doc.get("topic", "")), expression, codes, kind, version)
 
 
 @dataclass(slots=True)
@@ -65,7 +79,7 @@ def check_heartbeat(doc: object) -> dict[str, Any]:
             _scalar(item, "groupName", f"{kind}[{i}]")
             _name(item, "groupName", group_problem, f"{kind}[{i}]")
             for j, sub in enumerate(_objects(item, "subscriptionDataSet", f"{kind}[{i}]")):
-                for key in ("topic", "subString"):
+                for key in ("topic", "subString", "expressionType", "subVersion"):
                     _scalar(sub, key, f"{kind}[{i}].subscriptionDataSet[{j}]")
                 _name(sub, "topic", topic_problem, f"{kind}[{i}].subscriptionDataSet[{j}]")
     return doc
@@ -91,7 +105,8 @@ def _scalar(doc: dict[str, Any], key: str, where: str = "") -> None:
 
 
 class ClientRegistry:
-    def __init__(self) -> None:
+    def __init__(self, filters: ConsumerFilterTable | None = None) -> None:
+        self.filters = filters if filters is not None else ConsumerFilterTable(sql_enabled=False)
         self.consumers: dict[str, ConsumerGroup] = {}
         self.producers: dict[str, dict[str, object]] = {}  # group -> client id -> connection
 
@@ -107,6 +122,7 @@ class ClientRegistry:
             for sub_doc in consumer.get("subscriptionDataSet") or []:
                 sub = Subscription.from_json(sub_doc)
                 subs[sub.topic] = sub
+                self._parse_now(group, sub, client_id)
             members = self.consumers.setdefault(group, ConsumerGroup()).clients
             if client_id not in members:
                 changed.append(group)
@@ -118,6 +134,15 @@ class ClientRegistry:
                 now_ms,
             )
         return changed
+
+    def _parse_now(self, group: str, sub: Subscription, client_id: str) -> None:
+        """Parse the subscription's filter as it arrives (kept for the pulls); a refused one is
+        kept too, and answered to each pull of it (RocketMQ accepts such a heartbeat as well)."""
+        try:
+            self.filters.filter_for(group, sub.topic, sub.expression_type, sub.expression, sub.version)
+        except FilterRefused as exc:
+            log.warning("consumer %s of group %s: subscription to %s refused: %s", client_id, group, sub.topic,
+                        exc.remark)
 
     def unregister(self, client_id: str, producer_group: str | None, consumer_group: str | None) -> list[str]:
         if producer_group:

@@ -160,9 +160,9 @@ def consume_stats(broker: Broker, request: RemotingCommand, conn: Connection) ->
 
 
 def subscription_data(sub: Subscription) -> dict[str, Any]:
-    tags = [] if sub.expression == "*" else [t.strip() for t in sub.expression.split("||")]
-    return {"classFilterMode": False, "codeSet": sorted(sub.codes or []), "expressionType": "TAG",
-            "subString": sub.expression, "subVersion": 0, "tagsSet": tags, "topic": sub.topic}
+    tags = [] if sub.expression == "*" or sub.codes is None else [t.strip() for t in sub.expression.split("||")]
+    return {"classFilterMode": False, "codeSet": sorted(sub.codes or []), "expressionType": sub.expression_type,
+            "subString": sub.expression, "subVersion": sub.version, "tagsSet": tags, "topic": sub.topic}
 
 
 def _connection(member: ConsumerClient) -> dict[str, Any]:

@@ -90,6 +90,8 @@ class PullHeader:
     commit_offset: int
     suspend_timeout_ms: int
     subscription: str | None
+    expression_type: str | None
+    sub_version: int
 
     @classmethod
     def of(cls, request: RemotingCommand) -> PullHeader:
@@ -102,6 +104,7 @@ class PullHeader:
             sysflag=as_int(ext, "sysFlag", 0, bits=32), commit_offset=as_int(ext, "commitOffset", -1),
             suspend_timeout_ms=as_int(ext, "suspendTimeoutMillis", 15_000),
             subscription=ext.get("subscription"),
+            expression_type=ext.get("expressionType"), sub_version=max(0, as_int(ext, "subVersion", 0)),
         )
 
 
