@@ -14,6 +14,7 @@ from core.client.consumer import PushConsumer
 from core.client.fault import FaultRow, FaultSettings
 from core.client.lookup import offset_msg_id
 from core.client.producer import Message, Producer, SendError
+from core.client.pull import SubscriptionRefusedError
 from core.client.runtime import ClientError, open_client
 from core.client.selection import QueueSelector
 from formats.record import MessageRecord
@@ -114,18 +115,27 @@ def _row(rec: MessageRecord) -> dict[str, Any]:
             "properties": rec.properties, "body": body}
 
 
+REFUSAL_CHECK_S = 0.5
+
+
 def tail(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(help="Topic to follow.")],
     group: Annotated[str | None, typer.Option(help="Consumer group: resumes from its committed offsets. "
                                               "Without it a private group starts at the end.")] = None,
     tags: Annotated[str, typer.Option("--tags", help="Tag expression, e.g. 'a||b'.")] = "*",
+    sql: Annotated[str | None, typer.Option("--sql", metavar="EXPR",
+                                            help="SQL92 selector over message properties, e.g. "
+                                                 "\"region = 'eu' AND amount > 100\" (brokers need "
+                                                 "broker.enable_property_filter).")] = None,
     from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Start at the oldest message kept.")] = False,
     count: Annotated[int | None, typer.Option(help="Exit after this many messages.")] = None,
     as_json: JsonOutput = False,
 ) -> None:
     """Follow a topic like tail -f; with --count, exit after that many messages."""
     config = load(ctx)
+    if sql is not None and tags != "*":
+        raise CliError("give --tags or --sql, not both")
 
     async def run() -> None:
         seen = 0
@@ -162,9 +172,19 @@ def tail(
             # what is left after --count stays in its queue for the next reader: not given back
             consumer = PushConsumer(client, name, handler, from_beginning=from_beginning, use_committed=not private,
                                     give_back=False)
-            consumer.subscribe(topic, tags)
-            await consumer.start()
-            await done.wait()
+            if sql is not None:
+                consumer.subscribe(topic, sql, sql=True)
+            else:
+                consumer.subscribe(topic, tags)
+            try:
+                await consumer.start()
+            except SubscriptionRefusedError as exc:
+                raise CliError(str(exc)) from None
+            while not done.is_set():  # until --count, or a broker refuses the subscription mid-way
+                with trio.move_on_after(REFUSAL_CHECK_S):
+                    await done.wait()
+                if consumer.refused is not None:
+                    raise CliError(str(consumer.refused))
 
     try:
         trio.run(run)

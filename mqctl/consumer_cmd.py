@@ -176,6 +176,12 @@ def reset_offset(
         raise CliError(f"the offsets were reset on {len(tables)} of {len(answers)} brokers")
 
 
+def _subscription_text(sub: dict[str, str]) -> str:
+    """Topic(expression); an SQL92 selector is marked as one."""
+    kind = "" if sub["type"] == "TAG" else f"{sub['type']}: "
+    return f"{sub['topic']}({kind}{sub['expression']})"
+
+
 @consumer_app.command("list")
 def list_members(ctx: typer.Context, group: Annotated[str, typer.Argument(help="Consumer group.")],
                  as_json: JsonOutput = False) -> None:
@@ -198,7 +204,8 @@ def list_members(ctx: typer.Context, group: Annotated[str, typer.Argument(help="
         _warn(problem)
     members: dict[str, dict[str, Any]] = {}
     for broker, body in bodies.items():
-        subscriptions = [{"topic": s["topic"], "expression": s.get("subString", "*")}
+        subscriptions = [{"topic": s["topic"], "expression": s.get("subString", "*"),
+                          "type": s.get("expressionType") or "TAG"}
                          for s in (body.get("subscriptionTable") or {}).values()]
         for conn in body.get("connectionSet") or []:
             row = members.setdefault(conn["clientId"], {
@@ -212,5 +219,5 @@ def list_members(ctx: typer.Context, group: Annotated[str, typer.Argument(help="
     if as_json:
         print_rows(rows, (*columns, "consume_from_where", "brokers"), as_json=True)
         return
-    print_rows([{**r, "subscriptions": ",".join(f"{s['topic']}({s['expression']})" for s in r["subscriptions"])}
+    print_rows([{**r, "subscriptions": ",".join(_subscription_text(s) for s in r["subscriptions"])}
                 for r in rows], columns, as_json=False)

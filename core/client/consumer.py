@@ -33,6 +33,7 @@ from core.client.allocation import ALLOCATORS
 from core.client.offset_store import LocalOffsetStore, default_offsets_path
 from core.client.pull import (
     PullStatus,
+    SubscriptionRefusedError,
     broker_address,
     commit_offset,
     committed_offset,
@@ -50,6 +51,7 @@ from core.remoting.connection import Reply
 from core.topic_names import RETRY_PREFIX
 from formats.properties import RETRY_TOPIC
 from formats.record import MessageRecord
+from core.filter.expression_types import SQL92, TAG
 from formats.tags import subscription_codes
 
 log = logging.getLogger(__name__)
@@ -156,6 +158,7 @@ class PushConsumer:
         self.from_beginning = from_beginning
         self.use_committed = use_committed
         self.subscriptions: dict[str, str] = {}
+        self.expression_types: dict[str, str] = {}  # topic -> TAG or SQL92
         self._loops: dict[MessageQueue, trio.CancelScope] = {}
         self.offsets: dict[MessageQueue, int] = {}
         self._committed: dict[MessageQueue, int] = {}
@@ -164,18 +167,31 @@ class PushConsumer:
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
         self._started_ms = 0
+        self._sub_version = 0  # ms of the latest subscribe: the subscriptions' subVersion
+        self.refused: SubscriptionRefusedError | None = None  # the latest pull a broker refused
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        self.subscriptions[topic] = expression or "*"
+    def subscribe(self, topic: str, expression: str = "*", *, sql: bool = False) -> None:
+        """Read ``topic``: messages whose tag is in ``expression`` ("a || b", "*" for all), or
+        with ``sql`` those whose properties satisfy the SQL92 selector ``expression`` (the
+        brokers need ``broker.enable_property_filter``; :meth:`start` asks them first)."""
+        if sql:
+            if not expression.strip():
+                raise ClientError(f"an SQL92 subscription to {topic} needs an expression")
+            self.subscriptions[topic] = expression
+        else:
+            self.subscriptions[topic] = expression or "*"
+        self.expression_types[topic] = SQL92 if sql else TAG
+        self._sub_version = int(time.time() * 1000)
 
     def heartbeat_data(self) -> dict[str, Any]:
-        version = str(int(time.time() * 1000))
+        version = str(self._sub_version)
         subs = []
         for topic, expression in self._topics().items():
-            tags = [] if expression == "*" else [t.strip() for t in expression.split("||")]
-            codes = sorted(subscription_codes(expression) or [])
+            kind = self.expression_types.get(topic, TAG)
+            tags = [] if expression == "*" or kind != TAG else [t.strip() for t in expression.split("||")]
+            codes = sorted(subscription_codes(expression) or []) if kind == TAG else []
             subs.append({"topic": topic, "subString": expression, "subVersion": version, "tagsSet": tags,
-                         "codeSet": codes, "expressionType": "TAG", "classFilterMode": False})
+                         "codeSet": codes, "expressionType": kind, "classFilterMode": False})
         return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": self.message_model.value,
                 "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET" if self.from_beginning else "CONSUME_FROM_LAST_OFFSET",
                 "subscriptionDataSet": subs, "unitMode": False}
@@ -202,9 +218,28 @@ class PushConsumer:
         self._started_ms = int(time.time() * 1000)
         for topic in self.subscriptions:
             await self.runtime.route(topic)
+        await self._check_subscriptions()
         await self.runtime.heartbeat_all()
         await self.runtime.nursery.start(self._run)
         await self._started.wait()
+
+    async def _check_subscriptions(self) -> None:
+        """Ask every broker of each SQL92 subscription's topic whether it can serve it
+        (CHECK_CLIENT_CONFIG, as RocketMQ's Java consumer does); raises SubscriptionRefusedError."""
+        for topic, kind in sorted(self.expression_types.items()):
+            if kind == TAG:
+                continue
+            route = await self.runtime.route(topic)
+            addresses = sorted({a for ids in route.brokers.values() for a in ids.values()}) if route else []
+            body = orjson.dumps({"clientId": self.runtime.client_id, "group": self.group, "subscriptionData": {
+                "topic": topic, "subString": self.subscriptions[topic], "expressionType": kind,
+                "subVersion": self._sub_version, "tagsSet": [], "codeSet": [], "classFilterMode": False}})
+            for address in addresses:
+                resp = await self.runtime.invoke(address, RemotingCommand(code=RequestCode.CHECK_CLIENT_CONFIG,
+                                                                          body=body), 5)
+                if resp.code != ResponseCode.SUCCESS:
+                    raise SubscriptionRefusedError(f"broker {address} refused the {kind} subscription "
+                                                   f"{self.subscriptions[topic]!r} of {topic}: {resp.remark}")
 
     async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.CancelScope() as scope:
@@ -324,6 +359,7 @@ class PushConsumer:
     async def _pull_loop(self, mq: MessageQueue, scope: trio.CancelScope, start_offset: int | None = None) -> None:
         with scope:
             expression = self.subscriptions.get(mq.topic, "*")
+            expression_type = self.expression_types.get(mq.topic, TAG)
             offset = start_offset
             if offset is not None:
                 self._advance(mq, scope, offset)
@@ -333,8 +369,13 @@ class PushConsumer:
                         offset = await self._start_offset(mq)
                         self._advance(mq, scope, offset)
                     result = await pull(self.runtime, self.group, mq, offset, expression=expression,
-                                        suspend_ms=SUSPEND_MS,
+                                        expression_type=expression_type, suspend_ms=SUSPEND_MS,
                                         commit_offset=None if self.broadcasting else self._committed.get(mq))
+                except SubscriptionRefusedError as exc:  # e.g. read from a slave that does not filter
+                    log.warning("%s; retrying in %.0fs", exc, ERROR_BACKOFF_S)
+                    self.refused = exc
+                    await trio.sleep(ERROR_BACKOFF_S)
+                    continue
                 except (ClientError, RemotingError) as exc:
                     log.info("pull %s failed: %s; retrying in %.0fs", mq, exc, ERROR_BACKOFF_S)
                     await trio.sleep(ERROR_BACKOFF_S)

@@ -12,6 +12,7 @@ from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
 from formats.record import MessageRecord, decode_records
+from core.filter.expression_types import TAG, is_tag_type
 from formats.tags import subscription_codes
 
 PULL_BATCH = 32
@@ -40,6 +41,21 @@ class PullResult:
     messages: list[MessageRecord]
 
 
+class SubscriptionRefusedError(ClientError):
+    """A broker will not serve the subscription: a malformed expression, or SQL92 on a broker
+    whose property filtering is off. Pulling again will not help."""
+
+
+# what brokers answer a subscription they cannot serve (RocketMQ's codes)
+REFUSED_SUBSCRIPTION_CODES = frozenset({ResponseCode.SUBSCRIPTION_PARSE_FAILED})
+FILTER_UNSUPPORTED_REMARK = "does not support consumer to filter message by"
+
+
+def refused_subscription(resp: RemotingCommand) -> bool:
+    return resp.code in REFUSED_SUBSCRIPTION_CODES or (
+        resp.code == ResponseCode.SYSTEM_ERROR and FILTER_UNSUPPORTED_REMARK in (resp.remark or ""))
+
+
 def _tag_matches(codes: set[int] | None, expression: str, rec: MessageRecord) -> bool:
     if codes is None:
         return True
@@ -58,9 +74,12 @@ async def broker_address(runtime: ClientRuntime, mq: MessageQueue, broker_id: in
 
 
 async def pull(runtime: ClientRuntime, group: str, mq: MessageQueue, offset: int, *, expression: str = "*",
-               max_nums: int = PULL_BATCH, suspend_ms: int = 0, commit_offset: int | None = None,
+               expression_type: str = TAG, max_nums: int = PULL_BATCH, suspend_ms: int = 0, commit_offset: int | None = None,
                timeout_s: float = PULL_TIMEOUT_S) -> PullResult:
-    """One PULL_MESSAGE; messages are filtered by exact tag on our side too (hashes collide)."""
+    """One PULL_MESSAGE; messages are filtered by exact tag on our side too (hashes collide).
+    ``expression_type`` SQL92: ``expression`` is a selector over properties, applied by the
+    broker only (as RocketMQ's clients do); raises SubscriptionRefusedError when the broker
+    cannot serve it."""
     sysflag = SYSFLAG_SUBSCRIPTION | (SYSFLAG_SUSPEND if suspend_ms > 0 else 0)
     if commit_offset is not None:
         sysflag |= SYSFLAG_COMMIT
@@ -69,7 +88,7 @@ async def pull(runtime: ClientRuntime, group: str, mq: MessageQueue, offset: int
         "maxMsgNums": str(max_nums), "sysFlag": str(sysflag),
         "commitOffset": str(commit_offset if commit_offset is not None else 0),
         "suspendTimeoutMillis": str(suspend_ms), "subscription": expression, "subVersion": "0",
-        "expressionType": "TAG"})
+        "expressionType": expression_type})
     try:
         resp = await runtime.invoke(await broker_address(runtime, mq, runtime.pull_from.get(mq, MASTER_ID)),
                                     cmd, timeout_s)
@@ -82,12 +101,15 @@ async def pull(runtime: ClientRuntime, group: str, mq: MessageQueue, offset: int
     else:
         runtime.pull_from[mq] = suggested
     status = _PULL_STATUS.get(resp.code)
+    if refused_subscription(resp):
+        raise SubscriptionRefusedError(f"broker {mq.broker_name} refused the {expression_type} subscription "
+                                       f"{expression!r} of {mq.topic}: {resp.remark}")
     if status is None:
         raise ClientError(f"pull {mq.topic}/{mq.broker_name}/{mq.queue_id}@{offset}: code {resp.code} {resp.remark}")
     ext = resp.ext_fields
     messages: list[MessageRecord] = []
     if status is PullStatus.FOUND:
-        codes = subscription_codes(expression)
+        codes = subscription_codes(expression) if is_tag_type(expression_type) else None
         try:
             # the broker checked each body's CRC when it stored it (stock clients skip it too)
             messages = [m for m in decode_records(resp.body, check_crc=False) if _tag_matches(codes, expression, m)]

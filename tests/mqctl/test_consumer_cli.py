@@ -102,7 +102,7 @@ def test_list_shows_a_live_consumer_and_a_reset_makes_it_read_again(cluster):
         (member,) = rows(cluster.mqctl("consumer", "list", "LiveG", "--json"))
         assert member["language"] == "PYTHON" and member["message_model"] == "CLUSTERING"
         assert member["consume_type"] == "CONSUME_PASSIVELY" and member["brokers"] == ["broker-a"]
-        assert {"topic": "Live", "expression": "*"} in member["subscriptions"]
+        assert {"topic": "Live", "expression": "*", "type": "TAG"} in member["subscriptions"]
         assert f"@{tail.pid}#" in member["client_id"]
         table = cluster.mqctl("consumer", "list", "LiveG").stdout.splitlines()
         assert table[0].split()[:3] == ["CLIENT_ID", "ADDRESS", "LANGUAGE"] and "Live(*)" in table[1]
