@@ -6,11 +6,9 @@ import enum
 import gc
 import json
 import os
-import platform
 import shutil
 import tempfile
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, cast
@@ -29,11 +27,11 @@ from mqctl import bench_clusters
 from mqctl.bench_analyze import bench_analyze
 from mqctl.bench_clusters import SETUPS
 from mqctl.bench_failover import bench_failover
+from mqctl.bench_runs import machine, run_workers
 from mqctl.client_cmds import fault_table
 from mqctl.context import load
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput, LatencyFault
-from mqctl.processes import node_cpu_seconds
 
 
 class SendApi(str, enum.Enum):
@@ -183,7 +181,7 @@ def bench_store(
         return asdict(m) | {"mb_per_s": round(m.mb_per_s, 1), "records_per_s": round(m.records_per_s)}
 
     result = {
-        "machine": _machine(),
+        "machine": machine(),
         "date": time.strftime("%Y-%m-%d"),
         "rounds": rounds,
         "median": [row(m) for m in (baseline, asynch, sync)],
@@ -211,68 +209,6 @@ def bench_store(
 
 
 # ---------------------------------------------------------------------- through the broker
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
-def run_workers(mode: str, base_args: dict[str, object], processes: int,
-                nodes: Config | None = None) -> dict[str, object]:
-    """Start ``processes`` worker processes, release them together, merge their results. With
-    ``nodes``, also the CPU per message of each of its running nodes (from /proc) and of the
-    clients, from the go to the last result."""
-    import subprocess
-    import sys
-
-    procs = []
-    for worker in range(processes):
-        args = dict(base_args, mode=mode, worker=worker, workers=processes)
-        procs.append(subprocess.Popen([sys.executable, "-m", "mqctl.bench_worker", json.dumps(args)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
-    for p in procs:
-        assert p.stdout is not None
-        line = p.stdout.readline().strip()
-        if line != "ready":
-            for q in procs:
-                q.kill()
-            raise CliError(f"a {mode} worker failed to start: {line or 'no output'}")
-    nodes_before = node_cpu_seconds(nodes) if nodes is not None else {}
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    results = []
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        if p.returncode != 0:
-            raise CliError(f"a {mode} worker failed (exit {p.returncode})")
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    nodes_after = node_cpu_seconds(nodes) if nodes is not None else {}
-    count = sum(r["count"] for r in results)
-    size = sum(r["bytes"] for r in results)
-    elapsed = max(r["elapsed"] for r in results)
-    latencies = sorted(x for r in results for x in r["latencies_ms"])
-    extra = {}
-    if mode == "produce":
-        statuses: Counter[str] = Counter()
-        for r in results:
-            statuses.update(r["statuses"])
-        extra = {"batch_requests": sum(r["batch_requests"] for r in results),
-                 "batched": sum(r["batched"] for r in results),
-                 "faults": [dict(row, worker=i) for i, r in enumerate(results) for row in r["faults"]],
-                 "statuses": dict(sorted(statuses.items()))}
-    if nodes is not None:  # every process of the run on this host: CPU per message beside throughput
-        cpu = {node: seconds - nodes_before[node] for node, seconds in nodes_after.items() if node in nodes_before}
-        cpu["clients"] = sum(r["cpu_s"] for r in results)
-        extra["cpu_us_per_msg"] = {name: round(seconds / count * 1e6, 1) if count else None
-                                   for name, seconds in cpu.items()}
-    return {**extra, "mode": mode, "processes": processes, "messages": count, "seconds": round(elapsed, 3),
-            "msgs_per_s": round(count / elapsed) if elapsed else 0,
-            "mb_per_s": round(size / elapsed / 1e6, 1) if elapsed else 0.0,
-            "p50_ms": round(_percentile(latencies, 0.50), 2), "p99_ms": round(_percentile(latencies, 0.99), 2)}
 
 
 def _print_run(result: dict[str, object], as_json: bool, extra: str = "") -> None:
@@ -360,7 +296,7 @@ def bench_selection(
     off, on = _median_run(runs[False]), _median_run(runs[True])
     round_ratios = [_ratio(b, a) for a, b in zip(runs[False], runs[True], strict=True)]
     ratio = sorted(round_ratios)[len(round_ratios) // 2]
-    result = {"machine": _machine(),
+    result = {"machine": machine(),
               "date": time.strftime("%Y-%m-%d"), "rounds": rounds, "messages": messages, "inflight": inflight,
               "auto_batch": auto_batch, "off_msgs_per_s": off["msgs_per_s"], "on_msgs_per_s": on["msgs_per_s"],
               "round_ratios": round_ratios, "on_to_off": ratio, "target_met": ratio >= SELECTION_TARGET_RATIO}
@@ -424,10 +360,6 @@ def _replicated_run(directory: Path, setup: str, round_no: int, worker_args: dic
     return row
 
 
-def _machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-
-
 def _median_run(runs: list[dict[str, object]]) -> dict[str, object]:
     return sorted(runs, key=lambda r: float(r["msgs_per_s"]))[len(runs) // 2]  # type: ignore[arg-type]
 
@@ -476,7 +408,7 @@ def bench_replication(
     async_ratio, sync_ratio = _ratio(medians["async"], medians["single"]), _ratio(medians["sync"], medians["async"])
     replicated = [run for run in runs if run["setup"] != "single"]
     result = {
-        "machine": _machine(),
+        "machine": machine(),
         "date": time.strftime("%Y-%m-%d"),
         "rounds": rounds, "messages": messages, "processes": processes, "inflight": inflight, "api": api.value,
         "runs": runs,

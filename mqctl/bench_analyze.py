@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from formats.segments import RecordAt, scan_log
+from mqctl.bench_runs import machine
 from mqctl.errors import CliError
 from mqctl.synthetic_store import generate_store
 
@@ -36,7 +37,6 @@ def bench_analyze(
 ) -> None:
     """Spark full-record scan vs a single-process formats scan of the same store (targets:
     >= 600 MB/s and >= 1.5x)."""
-    from mqctl.bench import _machine  # bench imports this module
 
     store = _ensure_store(directory, int(size_gib * (1 << 30)), segment_mib << 20)
     log_dir = directory / "commitlog"
@@ -51,7 +51,7 @@ def bench_analyze(
                            f"{best_base['records']} / {best_base['bytes']}")
     result = {
         "store": str(directory), "records": store["records"], "record_bytes": store["bytes"],
-        "segments": store["segments"], "master": master, "range_mb": range_mb, "machine": _machine(),
+        "segments": store["segments"], "master": master, "range_mb": range_mb, "machine": machine(),
         "formats_mb_per_s": [r["mb_per_s"] for r in baseline], "spark_mb_per_s": [r["mb_per_s"] for r in spark_runs],
         "ratio": round(best_spark["mb_per_s"] / best_base["mb_per_s"], 2),
         "targets": {"spark_mb_per_s": SPARK_TARGET_MB_S, "ratio": SPARK_TARGET_RATIO},
@@ -60,7 +60,7 @@ def bench_analyze(
         typer.echo(json.dumps(result))
         return
     typer.echo(f"store: {store['records']} records, {store['bytes'] / 1e6:.0f} MB in {store['segments']} segment(s), "
-               f"{directory}; {_machine()}")
+               f"{directory}; {machine()}")
     typer.echo(f"formats, one process  : {_runs_text(result['formats_mb_per_s'])} MB/s")
     typer.echo(f"spark {master:<17}: {_runs_text(result['spark_mb_per_s'])} MB/s "
                f"(target >= {SPARK_TARGET_MB_S:.0f})")
