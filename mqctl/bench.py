@@ -23,7 +23,7 @@ from core.config import Config, StoreConfig
 from core.store.message_store import open_message_store
 from formats.msgid import UniqKeyGenerator
 from formats.record import MessageRecord, encode_record
-from mqctl import bench_clusters
+from mqctl import bench_clusters, bench_filters
 from mqctl.bench_analyze import bench_analyze
 from mqctl.bench_clusters import SETUPS
 from mqctl.bench_failover import bench_failover
@@ -316,10 +316,22 @@ def bench_consume(
     ctx: typer.Context,
     topic: Annotated[str, typer.Option(help="Topic to read from the beginning to its current end.")] = "BenchTopic",
     processes: Annotated[int, typer.Option(help="Client processes (queues are split between them).")] = 1,
+    compare_filters: Annotated[bool, typer.Option(
+        "--compare-filters", help="Send a fresh topic a mixed stream, then read it all by every message, by a "
+                                  "tag and by an SQL92 selector picking the same 1 in 10 (needs "
+                                  "broker.enable_property_filter).")] = False,
+    messages: Annotated[int, typer.Option(min=10, help="--compare-filters: messages in the stream.")] = 50_000,
+    size: Annotated[int, typer.Option(min=1, help="--compare-filters: body bytes.")] = 256,
+    rounds: Annotated[int, typer.Option(min=1, help="--compare-filters: rounds, each reading by every "
+                                                    "subscription once.")] = 3,
     as_json: JsonOutput = False,
 ) -> None:
     """Pull a topic from its start to its current end, every queue in flight at once."""
     config = load(ctx)
+    if compare_filters:
+        result = bench_filters.compare_filters(config, messages, size, rounds, processes)
+        typer.echo(json.dumps(result) if as_json else "\n".join(bench_filters.comparison_lines(result)))
+        return
     result = run_workers("consume", {"namesrv": config.namesrv_addresses, "topic": topic}, processes, config)
     _print_run(result, as_json)
 

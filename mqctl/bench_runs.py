@@ -61,6 +61,8 @@ def run_workers(mode: str, base_args: dict[str, object], processes: int,
     elapsed = max(r["elapsed"] for r in results)
     latencies = sorted(x for r in results for x in r["latencies_ms"])
     extra = {}
+    if mode == "consume":
+        extra["pulls"] = sum(r.get("pulls", 0) for r in results)
     if mode == "produce":
         statuses: Counter[str] = Counter()
         for r in results:
@@ -74,6 +76,7 @@ def run_workers(mode: str, base_args: dict[str, object], processes: int,
         cpu["clients"] = sum(r["cpu_s"] for r in results)
         extra["cpu_us_per_msg"] = {name: round(seconds / count * 1e6, 1) if count else None
                                    for name, seconds in cpu.items()}
+        extra["cpu_s"] = {name: round(seconds, 4) for name, seconds in cpu.items()}
     return {**extra, "mode": mode, "processes": processes, "messages": count, "seconds": round(elapsed, 3),
             "msgs_per_s": round(count / elapsed) if elapsed else 0,
             "mb_per_s": round(size / elapsed / 1e6, 1) if elapsed else 0.0,

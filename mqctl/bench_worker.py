@@ -125,9 +125,14 @@ async def _produce_async(producer: Producer, args: dict[str, Any], body: bytes, 
 
 
 async def consume(args: dict[str, Any]) -> dict[str, Any]:
+    """Pull each queue of the worker's share from 0 to its end, by the subscription of
+    ``expression`` / ``expression_type`` (default: every message)."""
     latencies: list[float] = []
     count = 0
     size = 0
+    pulls = 0
+    group = args.get("group", "mqctl-bench")
+    expression, expression_type = args.get("expression", "*"), args.get("expression_type", "TAG")
     async with open_client(args["namesrv"], instance=f"bench-{args['worker']}") as client:
         route = await client.route(args["topic"])
         if route is None:
@@ -137,11 +142,13 @@ async def consume(args: dict[str, Any]) -> dict[str, Any]:
         start = time.perf_counter()
 
         async def drain(mq, end: int) -> None:  # type: ignore[no-untyped-def]
-            nonlocal count, size
+            nonlocal count, size, pulls
             offset = 0
             while offset < end:
                 t0 = time.perf_counter()
-                result = await pull(client, "mqctl-bench", mq, offset, max_nums=32)
+                result = await pull(client, group, mq, offset, max_nums=32, expression=expression,
+                                    expression_type=expression_type)
+                pulls += 1
                 latencies.append((time.perf_counter() - t0) * 1000)
                 count += len(result.messages)
                 size += sum([len(m.body) for m in result.messages])
@@ -155,7 +162,7 @@ async def consume(args: dict[str, Any]) -> dict[str, Any]:
                 nursery.start_soon(drain, mq, ends[mq])
         elapsed = time.perf_counter() - start
     return {"count": count, "bytes": size, "elapsed": elapsed, "latencies_ms": sample(latencies),
-            "cpu_s": time.process_time() - cpu_at_go}
+            "cpu_s": time.process_time() - cpu_at_go, "pulls": pulls}
 
 
 def main() -> None:
