@@ -32,6 +32,7 @@ from core.filter.sql92_parser import (
     Equal,
     In,
     Logic,
+    Neg,
     Node,
     Not,
     Order,
@@ -98,7 +99,7 @@ def _depth(tree: Node) -> int:
         deepest = max(deepest, depth)
         if isinstance(node, (Logic, Equal, Order)):
             todo += [(node.left, depth + 1), (node.right, depth + 1)]
-        elif isinstance(node, (Not, Cast, In, Text)):
+        elif isinstance(node, (Not, Neg, Cast, In, Text)):
             todo.append((node.operand, depth + 1))
     return deepest
 
@@ -110,6 +111,8 @@ def _compile(node: Node) -> Eval:
     if isinstance(node, Const):
         value = node.value
         return lambda _props: value
+    if isinstance(node, Neg):
+        return _neg(_compile(node.operand))
     if isinstance(node, Cast):
         name = node.operand.name
         # a property is text, never a Boolean: false when present, unknown when missing
@@ -125,6 +128,12 @@ def _compile(node: Node) -> Eval:
     if isinstance(node, In):
         return _in(node.operand.name, node.values, node.negated)
     return _text(node)
+
+
+def _neg(operand: Eval) -> Eval:
+    def evaluate(props: Properties) -> None:
+        operand(props)  # for its failure only: minus of a condition is unknown
+    return evaluate
 
 
 def _not(operand: Eval) -> Eval:

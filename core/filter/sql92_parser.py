@@ -49,6 +49,13 @@ class Const:
 
 
 @dataclass(frozen=True, slots=True)
+class Neg:
+    """A minus before a condition: unknown, but the condition is still evaluated (and may fail)."""
+
+    operand: Node
+
+
+@dataclass(frozen=True, slots=True)
 class Cast:
     """A bare property where a condition belongs: unknown when missing, else false (a
     property is text, never a Boolean)."""
@@ -96,7 +103,7 @@ class Text:
     negated: bool
 
 
-Node = Prop | Const | Cast | Not | Logic | Equal | Order | In | Text
+Node = Prop | Const | Neg | Cast | Not | Logic | Equal | Order | In | Text
 Condition = Cast | Not | Logic | Equal | Order | In | Text | Const
 NULL_CHECK = Const(None, -1)  # the right side of IS NULL
 
@@ -105,7 +112,7 @@ def is_condition(node: Node) -> bool:
     """RocketMQ's BooleanExpression: what may stand where a condition belongs."""
     if isinstance(node, Const):
         return node.literal and (node.value is None or isinstance(node.value, bool))
-    return not isinstance(node, Prop)
+    return not isinstance(node, (Prop, Neg))
 
 
 def position_of(node: Node) -> int:
@@ -275,8 +282,9 @@ def _decimal(token: Token) -> float:
     return value
 
 
-def _negate(node: Node, position: int) -> Const:
-    """RocketMQ's unary minus: a number keeps its type; anything else is unknown."""
+def _negate(node: Node, position: int) -> Const | Neg:
+    """RocketMQ's unary minus: a number keeps its type; anything else is unknown (a condition
+    is still evaluated: its failure fails the selector, as in RocketMQ)."""
     if isinstance(node, Const):
         value = node.value
         if type(value) is JInt:
@@ -285,7 +293,9 @@ def _negate(node: Node, position: int) -> Const:
             return Const(JLong(-value), position, literal=False)
         if type(value) is float:
             return Const(-value, position, literal=False)
-    return Const(None, position, literal=False)
+    if isinstance(node, (Prop, Const)):
+        return Const(None, position, literal=False)
+    return Neg(node)
 
 
 def _condition(node: Node, where: str) -> Condition:

@@ -202,6 +202,8 @@ SEMANTICS = [
     ("5 = a", {"a": "5"}, True),
     ("a = -5", {"a": "-5"}, True),
     ("-a = 5", {"a": "-5"}, None),  # minus of a property is unknown
+    ("-(a = 0) IS NULL", {"a": "0"}, True),  # minus of a condition too, but the condition is evaluated
+    ("-(a = 0) IS NULL", {"a": "2147483648"}, ERROR),  # and its failure fails the selector
     ("a > b", {"a": "5.5", "b": "1"}, True),  # two properties: both as Doubles
     ("a > b", {"a": "x", "b": "1"}, ERROR),
     ("a = b", {"a": "3.14", "b": "3.14"}, True),  # equal texts
