@@ -48,6 +48,13 @@ def decode_cq_entry(buf: bytes | WritableBytes, pos: int = 0) -> CQEntry:
     return CQEntry(*_ENTRY.unpack_from(buf, pos))
 
 
+def decode_cq_entries(buf: ReadableBytes, first_index: int) -> Iterator[tuple[int, CQEntry]]:
+    """``(logical offset, entry)`` for every entry of ``buf`` (a whole number of entries), in one
+    C-level unpacking pass."""
+    return zip(range(first_index, first_index + len(buf) // CQ_ENTRY_SIZE),
+               map(CQEntry._make, _ENTRY.iter_unpack(buf)), strict=True)
+
+
 def pack_cq_entry_into(buf: WritableBytes, pos: int, phys: int, size: int, tags: int) -> None:
     _ENTRY.pack_into(buf, pos, phys, size, tags)
 

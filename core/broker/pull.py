@@ -135,7 +135,7 @@ def pull_once(broker: Broker, header: PullHeader, message_filter: MessageFilter 
     size = 0
     next_offset = offset
     last_phys = store.commitlog.write_offset
-    for index, entry in store.queue_entries(topic, queue_id, offset, scan):
+    for index, entry in store.iter_queue_entries(topic, queue_id, offset, scan):
         if parts and (len(parts) >= count or size + entry.size > settings.pull_bytes_max):
             break
         next_offset = index + 1

@@ -15,6 +15,7 @@ from formats.consume_queue import (
     CQ_ENTRY_SIZE,
     PAD_SIZE,
     CQEntry,
+    decode_cq_entries,
     decode_cq_entry,
     encode_cq_entry,
     pack_cq_entry_into,
@@ -181,12 +182,22 @@ class ConsumeQueue:
     def entries(self, index: int, count: int) -> Iterator[tuple[int, CQEntry]]:
         """Up to ``count`` written entries from ``index`` (or from the first one still kept,
         when ``index`` is below it); padding is skipped."""
-        start = max(index, self.min_offset)
+        start = max(index, self.min_offset, self.min_index)
         end = min(self.max_offset, start + count)
-        for i in range(start, end):
-            entry = self.entry(i)
-            if entry is not None and not entry.is_padding:
-                yield i, entry
+        while start < end:  # a file's run of entries at a time, decoded in one pass
+            mf = self.files.find(start * CQ_ENTRY_SIZE)
+            if mf is None:  # a hole between files: go on at the next file
+                mf = next((f for f in self.files.files if f.start > start * CQ_ENTRY_SIZE), None)
+                if mf is None:
+                    return
+                start = mf.start // CQ_ENTRY_SIZE
+                continue
+            stop = min(end, mf.end // CQ_ENTRY_SIZE)
+            at = start * CQ_ENTRY_SIZE - mf.start
+            for i, entry in decode_cq_entries(mf.view[at : at + (stop - start) * CQ_ENTRY_SIZE], start):
+                if not entry.is_padding:
+                    yield i, entry
+            start = stop
 
     def delete_below(self, log_min: int) -> int:
         """Drop files whose entries all point below the CommitLog's first offset."""

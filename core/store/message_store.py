@@ -529,9 +529,14 @@ class MessageStore:
         return await trio.to_thread.run_sync(seg.pread, phys_offset - seg.start, size)
 
     def queue_entries(self, topic: str, queue_id: int, offset: int, count: int) -> list[tuple[int, CQEntry]]:
+        return list(self.iter_queue_entries(topic, queue_id, offset, count))
+
+    def iter_queue_entries(self, topic: str, queue_id: int, offset: int, count: int) -> Iterator[tuple[int, CQEntry]]:
+        """:meth:`queue_entries`, decoded as they are taken: for a reader that may stop early
+        (a filtered pull). Take them before the next await."""
         self.dispatch_pending()
         cq = self.queues.get(topic, queue_id)
-        return [] if cq is None else list(cq.entries(offset, count))
+        return iter(()) if cq is None else cq.entries(offset, count)
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         self.dispatch_pending()
