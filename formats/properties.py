@@ -9,7 +9,7 @@ Decoding is tolerant like RocketMQ's: malformed pairs are skipped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -47,6 +47,49 @@ def decode_properties(text: str) -> dict[str, str]:
         if sep and name:
             out[name] = value
     return out
+
+
+class PropertiesText(Mapping[str, str]):
+    """A properties string read as a mapping, looking a name up without splitting the rest:
+    what a filter asks of each record it scans. Gives what :func:`decode_properties` would
+    (the last pair of a name wins) for names without separator characters."""
+
+    __slots__ = ("_decoded", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._decoded: dict[str, str] | None = None
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        text = self.text
+        if not name:
+            return default
+        at = text.rfind(PROPERTY_SEPARATOR + name + NAME_VALUE_SEPARATOR)
+        if at >= 0:
+            at += len(name) + 2
+        elif text.startswith(name + NAME_VALUE_SEPARATOR):
+            at = len(name) + 1
+        else:
+            return default
+        end = text.find(PROPERTY_SEPARATOR, at)
+        return text[at:] if end < 0 else text[at:end]
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def _all(self) -> dict[str, str]:
+        if self._decoded is None:
+            self._decoded = decode_properties(self.text)
+        return self._decoded
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 def message_keys(props: Mapping[str, str]) -> list[str]:

@@ -48,7 +48,9 @@ from formats.properties import (
     PROPERTIES_SIZE_MAX,
     TAGS,
     UNIQ_KEY,
+    PropertiesText,
     decode_properties,
+    encode_properties,
     message_keys,
 )
 
@@ -384,11 +386,29 @@ def decode_dispatch_fields(buf: ReadableBytes, pos: int, limit: int) -> Dispatch
     """The :class:`DispatchFields` of the record at ``pos`` (ending by ``limit``), checked as
     :func:`decode_record` checks them, skipping the body, hosts and CRC: a replica dispatching
     its master's records pays about half of a full decode."""
+    layout = _v4_layout(buf, pos, limit)
+    if layout is None:
+        return _fully_decoded_fields(buf, pos, limit)
+    head, topic_at, props_at, end = layout
+    total, _, queue_id, queue_offset, flags, store_ts, _ = head
+    try:
+        topic = _topic_text(bytes(buf[topic_at : props_at - 2]))
+        props = decode_properties(bytes(buf[props_at:end]).decode()) if end > props_at else {}
+    except UnicodeDecodeError:
+        raise RecordError("topic or properties are not UTF-8", pos) from None
+    return DispatchFields(total, topic, queue_id, queue_offset, flags, store_ts, props)
+
+
+def _v4_layout(buf: ReadableBytes, pos: int, limit: int) -> tuple[tuple[int, ...], int, int, int] | None:
+    """For a sound record with IPv4 hosts at ``pos``: its head fields (_DISPATCH_HEAD_V4), where
+    its topic and its properties start, and where it ends; None for anything else (IPv6 hosts,
+    damage), which the full decoder handles."""
     if limit - pos < 88:
-        return _fully_decoded_fields(buf, pos, limit)
-    total, magic, queue_id, queue_offset, flags, store_ts, body_len = _DISPATCH_HEAD_V4.unpack_from(buf, pos)
+        return None
+    head = _DISPATCH_HEAD_V4.unpack_from(buf, pos)
+    total, magic, _, _, flags, _, body_len = head
     if flags & _V6_BITS or magic not in (MAGIC_V1, MAGIC_V2) or not RECORD_SIZE_MIN <= total <= limit - pos:
-        return _fully_decoded_fields(buf, pos, limit)
+        return None
     end = pos + total
     p = pos + 88 + body_len
     if magic == MAGIC_V1:
@@ -398,21 +418,25 @@ def decode_dispatch_fields(buf: ReadableBytes, pos: int, limit: int) -> Dispatch
         topic_len = _I16.unpack_from(buf, p)[0] if body_len >= 0 and p + 2 <= end else -1
         p += 2
     if topic_len <= 0 or p + topic_len + 2 > end:
-        return _fully_decoded_fields(buf, pos, limit)
+        return None
     props_at = p + topic_len + 2
     if _I16.unpack_from(buf, props_at - 2)[0] != end - props_at:
-        return _fully_decoded_fields(buf, pos, limit)
+        return None
+    return head, p, props_at, end
+
+
+def record_properties(buf: ReadableBytes, pos: int = 0, limit: int | None = None) -> PropertiesText:
+    """The properties of the record at ``pos`` (what an SQL92 selector reads), looked up by
+    name on demand; the body and topic are not decoded."""
+    end_limit = len(buf) if limit is None else limit
+    layout = _v4_layout(buf, pos, end_limit)
+    if layout is None:  # IPv6 hosts, or damage for the full decoder to name
+        return PropertiesText(encode_properties(_fully_decoded_fields(buf, pos, end_limit).properties))
+    _, _, props_at, end = layout
     try:
-        topic = _topic_text(bytes(buf[p : p + topic_len]))
-        props = decode_properties(bytes(buf[props_at:end]).decode()) if end > props_at else {}
+        return PropertiesText(bytes(buf[props_at:end]).decode())
     except UnicodeDecodeError:
-        raise RecordError("topic or properties are not UTF-8", pos) from None
-    return DispatchFields(total, topic, queue_id, queue_offset, flags, store_ts, props)
-
-
-def record_properties(buf: ReadableBytes, pos: int = 0, limit: int | None = None) -> dict[str, str]:
-    """The properties of the record at ``pos`` (what an SQL92 selector reads), without its body."""
-    return decode_dispatch_fields(buf, pos, len(buf) if limit is None else limit).properties
+        raise RecordError("properties are not UTF-8", pos) from None
 
 
 def _fully_decoded_fields(buf: ReadableBytes, pos: int, limit: int) -> DispatchFields:

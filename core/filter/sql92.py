@@ -122,6 +122,8 @@ def _compile(node: Node) -> Eval:
     if isinstance(node, Logic):
         return (_and if node.op == "AND" else _or)(_compile(node.left), _compile(node.right))
     if isinstance(node, Equal):
+        if isinstance(node.left, Prop) and isinstance(node.right, Const) and type(node.right.value) is str:
+            return _property_is(node.left.name, node.right.value)
         return _equal(_compile(node.left), _compile(node.right))
     if isinstance(node, Order):
         return _order(node.op, _compile(node.left), _compile(node.right))
@@ -177,6 +179,15 @@ def _equal(left: Eval, right: Eval) -> Eval:
         if java_equals(lv, rv):
             return True
         return compare(lv, rv) == 0
+    return evaluate
+
+
+def _property_is(name: str, text: str) -> Eval:
+    """``name = 'text'``, the common case, without the general conversions (two texts are
+    equal exactly when they are the same text)."""
+    def evaluate(props: Properties) -> bool | None:
+        value = props.get(name)
+        return None if value is None else value == text
     return evaluate
 
 

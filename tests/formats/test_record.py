@@ -20,6 +20,7 @@ from formats.record import (
     encode_record,
     is_blank,
     patch_store_fields,
+    record_properties,
 )
 from tests.independent_encoder import record_bytes
 
@@ -211,3 +212,17 @@ def test_properties_round_trip(p):
 def test_properties_decode_is_tolerant():
     assert decode_properties("A\x011\x02broken\x02\x01x\x02B\x012") == {"A": "1", "B": "2"}
     assert encode_properties({"KEYS": "k1 k2", "TAGS": "t"}) == "KEYS\x01k1 k2\x02TAGS\x01t\x02"
+
+
+@pytest.mark.parametrize("hosts", [(("10.0.0.1", 1), ("10.0.0.2", 2)), (("::1", 1), ("10.0.0.2", 2)),
+                                   (("10.0.0.1", 1), ("fe80::2", 2))])
+@pytest.mark.parametrize("topic", ["T", "T" * 200])  # a v2 record's 2-byte topic length
+def test_record_properties_reads_what_the_full_decode_reads(hosts, topic):
+    props = {"TAGS": "t", "region": "eu", "amount": "150", "UNIQ_KEY": "K1", "blank": ""}
+    raw = bytes(encode_record(MessageRecord(topic=topic, body=b"x" * 40, properties=props,
+                                            born_host=hosts[0], store_host=hosts[1])))
+    got = record_properties(b"pad" + raw, 3)
+    assert dict(got) == decode_record(raw).properties == props
+    assert got.get("region") == "eu" and got.get("blank") == "" and got.get("missing") is None
+    with pytest.raises(RecordError):
+        record_properties(raw[:-1])  # a record cut short is named, not misread

@@ -12,6 +12,7 @@ from formats.msgid import (
     encode_offset_msg_id,
     is_uniq_key,
 )
+from formats.properties import PropertiesText, decode_properties
 from formats.tags import java_string_hash, subscription_codes, tags_code
 
 text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=10)
@@ -124,3 +125,20 @@ def test_dledger_padding_and_index_entry():
     assert dledger.is_padding(dledger.encode_padding(64))
     entry = dledger.DLedgerIndexEntry(1, 4096, 200, 7, 3)
     assert dledger.decode_index_entry(dledger.encode_index_entry(entry)) == entry
+
+
+_NAME = st.text(alphabet=st.sampled_from("abAB_$0\x01\x02é"), max_size=4)
+
+
+@given(st.lists(st.tuples(_NAME, _NAME), max_size=6), st.lists(_NAME, max_size=6))
+def test_properties_text_looks_names_up_as_decode_properties_reads_them(pairs, names):
+    """A filter's by-name lookup gives what the full decode gives, for every name a selector can
+    write (no separator characters); repeated names: the last pair wins in both."""
+    text = "".join(f"{n}\x01{v}\x02" for n, v in pairs) + "".join(n for n in names[:1])  # maybe a torn tail
+    decoded = decode_properties(text)
+    lookup = PropertiesText(text)
+    for name in {n for n, _ in pairs} | set(names) | {"a", ""}:
+        if "\x01" in name or "\x02" in name:
+            continue
+        assert lookup.get(name) == decoded.get(name), (text, name)
+    assert dict(lookup) == decoded
