@@ -310,3 +310,21 @@ def test_compare_converts_like_java():
     assert compare(1.0, math.nan) == -1 and compare(math.nan, math.nan) == 0
     with pytest.raises(SelectorEvalError):
         compare(True, "true")
+
+
+def test_the_evaluator_is_sans_io_with_no_broker_imports():
+    """core/filter imports the standard library, itself and the kernel's errors: no broker,
+    store, remoting, trio or client, so a proxy or a tool can evaluate selectors as they are."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "core" / "filter").glob("*.py")) + [root / "core" / "errors.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or name == "core.errors" or name.startswith("core.filter"), \
+                    f"{path.relative_to(root)} imports {name}"

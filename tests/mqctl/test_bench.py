@@ -88,3 +88,26 @@ def test_bench_produce_counts_only_send_ok_and_prints_each_status(tmp_path, subp
         assert text.returncode == 0, text.stderr
         assert "0 messages" in text.stdout and "SLAVE_NOT_AVAILABLE 20" in text.stdout, text.stdout
         assert "CPU per message: ns1 -, broker-a-0 -, clients -" in text.stdout, text.stdout
+
+
+def test_bench_consume_compares_sql92_with_tags_and_says_when_filtering_is_off(tmp_path, subprocess_env):
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    with running_cluster(tmp_path / "on", subprocess_env, broker="enable_property_filter = true") as cluster:
+        out = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "300", "--rounds", "2", "--json",
+                            timeout=300)
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert result["same_messages"] is True and result["rounds"] == 2
+        assert {mode: row["delivered"] for mode, row in result["median"].items()} == {"all": 300, "tag": 30, "sql": 30}
+        for mode, rows in result["runs"].items():
+            assert len(rows) == 2 and all(r["scanned_per_s"] > 0 for r in rows), mode
+            assert set(rows[0]["cpu_us_per_entry"]) == {"ns1", "broker-a-0", "clients"}
+        # a filtered pull reads past non-matching entries: far fewer pulls than reading everything
+        assert result["median"]["sql"]["pulls"] < result["median"]["all"]["pulls"]
+        text = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "100", "--rounds", "1")
+        assert text.returncode == 0 and "same messages selected: yes" in text.stdout, text.stdout
+    with running_cluster(tmp_path / "off", subprocess_env) as cluster:
+        off = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "50", "--rounds", "1")
+        assert off.returncode != 0 and "set broker.enable_property_filter = true" in off.stderr, off.stderr
+        assert "Traceback" not in off.stderr
