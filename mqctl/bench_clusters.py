@@ -30,17 +30,25 @@ SEGMENT_SIZE_BYTES = 64 * 1024 * 1024  # the shipped conf.toml's
 POLL_S = 0.1
 
 
+_HANDED_OUT: set[int] = set()  # ports this process gave out: a config's nodes never share one
+
+
 def free_port() -> int:
-    """A loopback port free for this and the next one (a broker's HA port is its port + 1)."""
+    """A loopback port free for this and the next one (a broker's HA port is its port + 1),
+    neither of them given out by an earlier call: the kernel may hand the same free port to two
+    calls in a row, and two nodes of one config would then collide."""
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port: int = s.getsockname()[1]
+        if {port - 1, port, port + 1} & _HANDED_OUT:
+            continue
         with socket.socket() as s2:
             try:
                 s2.bind(("127.0.0.1", port + 1))
             except OSError:
                 continue
+        _HANDED_OUT.update((port, port + 1))
         return port
 
 
