@@ -21,14 +21,12 @@ import time
 from statistics import median
 from typing import Any
 
-import orjson
 import trio
 
 from core.client.producer import Message, Producer
+from core.client.pull import SubscriptionRefusedError, check_subscription
 from core.client.runtime import open_client
 from core.config import Config
-from core.remoting.codes import RequestCode, ResponseCode
-from core.remoting.command import RemotingCommand
 from mqctl.bench_runs import machine, run_workers
 from mqctl.errors import CliError
 
@@ -112,13 +110,10 @@ async def _check_sql92_served(client: Any, topic: str) -> None:
     if route is None:
         raise CliError(f"the name servers did not route {topic} within {ROUTE_WAIT_S:.0f}s")
     kind, expression = MODES["sql"]
-    body = orjson.dumps({"clientId": client.client_id, "group": "bench-sql", "subscriptionData": {
-        "topic": topic, "subString": expression, "expressionType": kind}})
-    for address in sorted({a for ids in route.brokers.values() for a in ids.values()}):
-        answer = await client.invoke(address, RemotingCommand(code=RequestCode.CHECK_CLIENT_CONFIG, body=body), 5)
-        if answer.code != ResponseCode.SUCCESS:
-            raise CliError(f"broker {address} cannot serve SQL92 subscriptions ({answer.remark}); "
-                           f"set broker.enable_property_filter = true and restart")
+    try:
+        await check_subscription(client, "bench-sql", topic, expression, kind)
+    except SubscriptionRefusedError as exc:
+        raise CliError(f"{exc}; set broker.enable_property_filter = true and restart") from None
 
 
 def comparison_lines(result: dict[str, Any]) -> list[str]:

@@ -40,10 +40,10 @@ class PullOutcome:
         }, body=self.body)
 
 
-HELD_PULLS = "held_pulls"
+HELD_PULLS = "held_pulls"  # the connection attribute counting its pulls held now
 # ConsumeQueue entries a filtered pull reads looking for matches before it answers with what it
 # found (RocketMQ reads up to 16000; fewer here, as one pull holds the node's only thread)
-FILTER_SCAN_ENTRIES_MAX = 1024  # the connection attribute counting its pulls held now
+FILTER_SCAN_ENTRIES_MAX = 1024
 
 
 class HeldCount:

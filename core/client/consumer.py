@@ -35,6 +35,7 @@ from core.client.pull import (
     PullStatus,
     SubscriptionRefusedError,
     broker_address,
+    check_subscription,
     commit_offset,
     committed_offset,
     max_offset,
@@ -45,13 +46,13 @@ from core.client.queue_locking import LOCK_RENEW_S, HeldLocks, lock_queues, unlo
 from core.client.route import MessageQueue
 from core.client.runtime import ClientError, ClientRuntime
 from core.errors import RemotingError
+from core.filter.expression_types import SQL92, TAG
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Reply
 from core.topic_names import RETRY_PREFIX
 from formats.properties import RETRY_TOPIC
 from formats.record import MessageRecord
-from core.filter.expression_types import SQL92, TAG
 from formats.tags import subscription_codes
 
 log = logging.getLogger(__name__)
@@ -224,22 +225,11 @@ class PushConsumer:
         await self._started.wait()
 
     async def _check_subscriptions(self) -> None:
-        """Ask every broker of each SQL92 subscription's topic whether it can serve it
-        (CHECK_CLIENT_CONFIG, as RocketMQ's Java consumer does); raises SubscriptionRefusedError."""
+        """Every SQL92 subscription, checked with its topic's brokers; raises SubscriptionRefusedError."""
         for topic, kind in sorted(self.expression_types.items()):
-            if kind == TAG:
-                continue
-            route = await self.runtime.route(topic)
-            addresses = sorted({a for ids in route.brokers.values() for a in ids.values()}) if route else []
-            body = orjson.dumps({"clientId": self.runtime.client_id, "group": self.group, "subscriptionData": {
-                "topic": topic, "subString": self.subscriptions[topic], "expressionType": kind,
-                "subVersion": self._sub_version, "tagsSet": [], "codeSet": [], "classFilterMode": False}})
-            for address in addresses:
-                resp = await self.runtime.invoke(address, RemotingCommand(code=RequestCode.CHECK_CLIENT_CONFIG,
-                                                                          body=body), 5)
-                if resp.code != ResponseCode.SUCCESS:
-                    raise SubscriptionRefusedError(f"broker {address} refused the {kind} subscription "
-                                                   f"{self.subscriptions[topic]!r} of {topic}: {resp.remark}")
+            if kind != TAG:
+                await check_subscription(self.runtime, self.group, topic, self.subscriptions[topic], kind,
+                                         self._sub_version)
 
     async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.CancelScope() as scope:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import orjson
+
 from core.client.route import MASTER_ID, MessageQueue
 from core.client.runtime import ClientError, ClientRuntime
 from core.errors import RemotingError
+from core.filter.expression_types import TAG, is_tag_type
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
 from formats.record import MessageRecord, decode_records
-from core.filter.expression_types import TAG, is_tag_type
 from formats.tags import subscription_codes
 
 PULL_BATCH = 32
@@ -54,6 +56,27 @@ FILTER_UNSUPPORTED_REMARK = "does not support consumer to filter message by"
 def refused_subscription(resp: RemotingCommand) -> bool:
     return resp.code in REFUSED_SUBSCRIPTION_CODES or (
         resp.code == ResponseCode.SYSTEM_ERROR and FILTER_UNSUPPORTED_REMARK in (resp.remark or ""))
+
+
+async def check_subscription(runtime: ClientRuntime, group: str, topic: str, expression: str,
+                             expression_type: str, version: int = 0) -> None:
+    """Ask every broker of ``topic``'s route whether it can serve the subscription
+    (CHECK_CLIENT_CONFIG, as RocketMQ's Java consumer does before it starts); raises
+    SubscriptionRefusedError with the first refusal. A broker that cannot be reached is skipped:
+    its pulls will say."""
+    route = await runtime.route(topic)
+    addresses = sorted({a for ids in route.brokers.values() for a in ids.values()}) if route else []
+    body = orjson.dumps({"clientId": runtime.client_id, "group": group, "subscriptionData": {
+        "topic": topic, "subString": expression, "expressionType": expression_type, "subVersion": version,
+        "tagsSet": [], "codeSet": [], "classFilterMode": False}})
+    for address in addresses:
+        try:
+            resp = await runtime.invoke(address, RemotingCommand(code=RequestCode.CHECK_CLIENT_CONFIG, body=body), 5)
+        except RemotingError:
+            continue
+        if resp.code != ResponseCode.SUCCESS:
+            raise SubscriptionRefusedError(f"broker {address} refused the {expression_type} subscription "
+                                           f"{expression!r} of {topic}: {resp.remark}")
 
 
 def _tag_matches(codes: set[int] | None, expression: str, rec: MessageRecord) -> bool:
