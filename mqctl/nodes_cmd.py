@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ import trio
 import typer
 
 from core.config import BrokerNode, Config
+from core.remoting.client import split_address
 from core.store.message_store import holds_unsealed_raft
 from mqctl import probe, replication_view, rolling
 from mqctl.context import load
@@ -18,6 +20,7 @@ from mqctl.errors import CliError
 from mqctl.leader_cmd import group_infos, leader_of
 from mqctl.options import JsonOutput
 from mqctl.output import print_rows
+from mqctl.port_holders import listener_of, port_is_free
 from mqctl.processes import (
     START_TIMEOUT_S,
     STOP_TIMEOUT_S,
@@ -35,11 +38,18 @@ NodeNames = Annotated[list[str] | None, typer.Argument(help="Nodes to act on (de
 
 
 def _wait_serving(config: Config, spec: NodeSpec, pid: int, deadline: float) -> None:
+    """Wait until the process ``pid`` serves ``spec``: an answer on its port is not enough, the
+    listener must be that process (another cluster on the same port answers too)."""
+    host, port = split_address(spec.listen)
     while time.monotonic() < deadline:
         if wait_exited(pid, 0):
             raise CliError(f"{spec.name} exited while starting; its log ends with:\n{tail_of_log(config, spec.name)}")
         if trio.run(probe.serves, spec.listen):
-            return
+            holder = listener_of(host, port)
+            if holder is None or holder.pid in (pid, None):
+                return
+            raise CliError(f"{spec.name}: {spec.listen} is answered by {holder.shown()}, not by the node "
+                           f"started (pid {pid})")
         time.sleep(0.1)
     raise CliError(f"{spec.name} did not serve on {spec.listen} within the timeout; its log ends with:\n"
                    f"{tail_of_log(config, spec.name)}")
@@ -71,24 +81,50 @@ def start(ctx: typer.Context, nodes: NodeNames = None,
 
 def start_nodes(config: Config, specs: list[NodeSpec], deadline: float) -> list[dict[str, object]]:
     """Start those of ``specs`` not running (name servers first) and wait until they serve and
-    the brokers registered with the name servers; a row per node (what ``mqctl start`` prints)."""
+    the brokers registered with the name servers; a row per node (what ``mqctl start`` prints).
+    Nothing starts when a port they need is held; when one fails, those this call started are
+    stopped again."""
     rows: list[dict[str, object]] = []
-    for kind in ("nameserver", "broker"):
-        started = []
-        for spec in (s for s in specs if s.kind == kind):
-            pid = running_pid(config, spec.name)
-            if pid is not None:
-                rows.append({"node": spec.name, "address": spec.listen, "pid": pid, "state": "already running"})
-                continue
-            started.append((spec, spawn(config, spec)))
-        for spec, pid in started:
-            _wait_serving(config, spec, pid, deadline)
-            rows.append({"node": spec.name, "address": spec.listen, "pid": pid, "state": "started"})
-        if kind == "broker":
-            _wait_registered(config, [s for s, _ in started], deadline)
-            if config.replication.mode == "dledger" and started:
-                _wait_raft_leaders(config, deadline)
+    running = {s.name: pid for s in specs if (pid := running_pid(config, s.name)) is not None}
+    check_ports_free([s for s in specs if s.name not in running])
+    spawned: list[NodeSpec] = []
+    try:
+        for kind in ("nameserver", "broker"):
+            started = []
+            for spec in (s for s in specs if s.kind == kind):
+                if spec.name in running:
+                    rows.append({"node": spec.name, "address": spec.listen, "pid": running[spec.name],
+                                 "state": "already running"})
+                    continue
+                started.append((spec, spawn(config, spec)))
+                spawned.append(spec)
+            for spec, pid in started:
+                _wait_serving(config, spec, pid, deadline)
+                rows.append({"node": spec.name, "address": spec.listen, "pid": pid, "state": "started"})
+            if kind == "broker":
+                _wait_registered(config, [s for s, _ in started], deadline)
+                if config.replication.mode == "dledger" and started:
+                    _wait_raft_leaders(config, deadline)
+    except CliError:
+        for spec in reversed(spawned):  # leave nothing half-started
+            with contextlib.suppress(CliError):
+                stop(config, spec, force=False)
+        raise
     return rows
+
+
+def check_ports_free(specs: list[NodeSpec]) -> None:
+    """Every port the nodes will listen on (a broker's HA port is its port + 1) is free; else
+    one error naming the node, the port and, where it can be seen, the process holding it."""
+    for spec in specs:
+        host, port = split_address(spec.listen)
+        if port == 0:  # the node picks a free port itself
+            continue
+        for taken in ([port, port + 1] if spec.kind == "broker" else [port]):
+            if not port_is_free(host, taken):
+                holder = listener_of(host, taken)
+                raise CliError(f"{spec.name} cannot start: {host}:{taken} is held by "
+                               f"{holder.shown() if holder else 'another socket'}")
 
 
 def _wait_raft_leaders(config: Config, deadline: float) -> None:
