@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import logging
 import signal
@@ -21,6 +22,7 @@ from core.errors import CoreError
 from core.namesrv.server import serve_nameserver
 from core.remoting.client import connect_from, split_address
 from core.remoting.signing import acl_credentials, use_credentials
+from mqctl.port_holders import listener_of, port_is_free
 from plugins import plugin_host
 
 log = logging.getLogger("mqctl.node")
@@ -83,8 +85,37 @@ def main(argv: list[str] | None = None) -> int:
     except CoreError as exc:
         log.error("%s", exc)
         return 2
+    except (OSError, BaseExceptionGroup) as exc:
+        if _address_in_use(exc) is None:
+            raise
+        log.error("node %s cannot listen: %s", args.node, _held_port(config, args.node))
+        return 2
     log.info("node %s stopped", args.node)
     return 0
+
+
+def _held_port(config: Config, name: str) -> str:
+    """Which of the node's ports is taken, and by whom (as far as this user can see)."""
+    node = config.nameserver(name) or config.broker_node(name)
+    if node is None:
+        return "address already in use"
+    host, port = split_address(node.listen)
+    for taken in ([port, port + 1] if config.broker_node(name) is not None else [port]):
+        if taken and not port_is_free(host, taken):
+            holder = listener_of(host, taken)
+            return f"{host}:{taken} is held by {holder.shown() if holder else 'another socket'}"
+    return f"{node.listen}: address already in use"
+
+
+def _address_in_use(exc: BaseException) -> OSError | None:
+    """The EADDRINUSE error in ``exc`` (trio wraps a listener's in exception groups), if any."""
+    if isinstance(exc, OSError):
+        return exc if exc.errno == errno.EADDRINUSE else None
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _address_in_use(inner)) is not None:
+                return found
+    return None
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ async def serve_broker(
                                   f"(installed plugins: {', '.join(plugins.names)})")
             broker = Broker(node, config, store, hold, root, replication)
             host, port = split_address(node.listen)
+            served = False
             try:
                 async with trio.open_nursery() as nursery:
                     broker.nursery = nursery
@@ -58,10 +59,14 @@ async def serve_broker(
                     nursery.start_soon(registration_loop, broker, client, config.namesrv_addresses)
                     nursery.start_soon(_housekeeping, broker)
                     log.info("broker %s listening on %s", node.node, broker.address)
+                    served = True
                     task_status.started(bound)
             finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await unregister_all(broker, client, config.namesrv_addresses)
+                # a node that never served registered nothing: its name (and address) may be
+                # another running broker's, which an unregister would take out of the routes
+                if served:
+                    with trio.CancelScope(shield=True), trio.move_on_after(5):
+                        await unregister_all(broker, client, config.namesrv_addresses)
                 broker.offsets.save()
     finally:
         plugins.unregister(hold)

@@ -114,10 +114,16 @@ class NameServerProcessor:
     def _unregister_broker(self, request: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = request.ext_fields
         try:
-            self.routes.unregister(cluster=ext.get("clusterName", ""), broker_name=ext["brokerName"],
-                                   broker_addr=ext["brokerAddr"], broker_id=int(ext["brokerId"]))
+            dropped = self.routes.unregister(cluster=ext.get("clusterName", ""), broker_name=ext["brokerName"],
+                                             broker_addr=ext["brokerAddr"], broker_id=int(ext["brokerId"]),
+                                             connection=conn)
         except (KeyError, ValueError) as exc:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"bad UNREGISTER_BROKER: {exc}")
+        if not dropped:
+            log.warning("UNREGISTER_BROKER %s from %s ignored: the broker registered over another connection",
+                        shown(ext["brokerAddr"]), conn.remote)
+            return request.reply(ResponseCode.SYSTEM_ERROR, f"broker {shown(ext['brokerAddr'])} was registered "
+                                 f"by another connection; only it may unregister")
         return request.reply(ResponseCode.SUCCESS)
 
     def _query_data_version(self, request: RemotingCommand, conn: Connection) -> RemotingCommand:

@@ -115,13 +115,22 @@ class RouteTable:
         if queues is not None and queues.pop(broker_name, None) is not None and not queues:
             del self.topics[topic]
 
-    def unregister(self, *, cluster: str, broker_name: str, broker_addr: str, broker_id: int) -> None:
+    def unregister(self, *, cluster: str, broker_name: str, broker_addr: str, broker_id: int,
+                   connection: object | None = None) -> bool:
+        """Drop the broker, on a request over the connection that registered it (another
+        process with the same name and address, one that never served, must not take it out
+        of the routes); returns whether it was dropped."""
+        live = self.live.get(broker_addr)
+        if live is not None and live.connection is not None and connection is not None \
+                and live.connection is not connection:
+            return False
         self.live.pop(broker_addr, None)
         data = self.brokers.get(broker_name)
         if data is not None and data.addrs.get(broker_id) == broker_addr:
             del data.addrs[broker_id]
             if not data.addrs:
                 self._forget_broker(broker_name)
+        return True
 
     def _forget_broker(self, broker_name: str) -> None:
         data = self.brokers.pop(broker_name, None)

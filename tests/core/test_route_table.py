@@ -81,3 +81,17 @@ def test_a_slave_promoted_on_the_same_address_replaces_its_old_id():
     register(table, addr="127.0.0.1:10921", broker_id=1)
     register(table, addr="127.0.0.1:10921", broker_id=0)
     assert table.cluster_info()["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": "127.0.0.1:10921"}
+
+
+def test_only_the_connection_that_registered_a_broker_may_unregister_it():
+    """A second cluster's broker with the same name and address, dying before it ever served,
+    must not take the running one out of the routes."""
+    table = RouteTable()
+    registering, stranger = object(), object()
+    register(table, conn=registering)
+    assert table.unregister(cluster="C", broker_name="broker-a", broker_addr="127.0.0.1:10911", broker_id=0,
+                            connection=stranger) is False
+    assert table.route("Orders") is not None and "127.0.0.1:10911" in table.live
+    assert table.unregister(cluster="C", broker_name="broker-a", broker_addr="127.0.0.1:10911", broker_id=0,
+                            connection=registering) is True
+    assert table.route("Orders") is None
