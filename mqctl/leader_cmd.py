@@ -14,7 +14,7 @@ from core.errors import RemotingError
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from mqctl import probe
-from mqctl.context import load
+from mqctl.context import config_path, load
 from mqctl.errors import CliError
 from mqctl.options import JsonOutput
 from mqctl.output import print_rows
@@ -57,7 +57,7 @@ def transfer(
         raise CliError(f"replication.mode is {config.replication.mode!r}: only dledger groups elect leaders")
     target = config.broker_node(node)
     if target is None:
-        raise CliError(f"no broker node {node!r} in {ctx.obj['config']}")
+        raise CliError(f"no broker node {node!r} in {config_path(ctx)}")
     started = time.monotonic()
     infos = group_infos(config, target.name)
     current = leader_of(infos)

@@ -20,6 +20,7 @@ from mqctl.dump import dump
 from mqctl.errors import CliError
 from mqctl.leader_cmd import leader_app
 from mqctl.message_cmd import message_app
+from mqctl.root_options import give_every_command_root_options
 from mqctl.topic_cmd import cluster_app, topic_app
 
 DEFAULT_CONFIG = Path("conf.toml")
@@ -46,6 +47,7 @@ app.add_typer(bench_app, name="bench")
 app.command("chaos")(chaos)
 app.add_typer(config_app, name="config")
 app.add_typer(leader_app, name="leader")
+give_every_command_root_options(app)  # -c/--config and -v after any command too
 
 
 def _version(value: bool) -> None:

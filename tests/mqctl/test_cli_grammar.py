@@ -1,0 +1,82 @@
+"""One CLI grammar: every command takes ``-c/--config`` and ``-v`` after its name as well as
+before it, and README's command list is the command tree ``mqctl --help`` shows."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+from mqctl.main import app
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def leaf_commands() -> dict[str, object]:
+    """Every runnable command of the app, by its words (``topic list``)."""
+    found: dict[str, object] = {}
+
+    def walk(command: object, words: list[str]) -> None:
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            for name, sub in subcommands.items():
+                walk(sub, [*words, name])
+        else:
+            found[" ".join(words)] = command
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def placeholder_arguments(command: object) -> list[str]:
+    return ["1" for p in command.params if p.param_type_name == "argument" and p.required]  # type: ignore[attr-defined]
+
+
+def test_every_command_takes_config_and_verbose_after_its_name(tmp_path):
+    commands = leaf_commands()
+    assert len(commands) >= 27 and "topic list" in commands and "bench consume" in commands
+    config = tmp_path / "elsewhere.toml"
+    for words, command in commands.items():
+        for spelling in (["--config", str(config), "-v"], ["-c", str(config), "--verbose"]):
+            ctx = command.make_context(words, [*placeholder_arguments(command), *spelling])  # type: ignore[attr-defined]
+            assert ctx.params["root_config"] == config and ctx.params["root_verbose"] is True, (words, spelling)
+
+
+def test_config_after_the_command_is_the_one_used_and_wins_over_the_root(tmp_path, subprocess_env):
+    def mqctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mqctl", *args], capture_output=True, text=True, timeout=60,
+                              cwd=tmp_path, env=subprocess_env, check=False)
+
+    after = mqctl("topic", "list", "--config", str(tmp_path / "after.toml"))
+    assert after.returncode == 2 and f"config file {tmp_path / 'after.toml'} not found" in after.stderr
+    both = mqctl("-c", str(tmp_path / "root.toml"), "consumer", "list", "G", "-c", str(tmp_path / "own.toml"))
+    assert both.returncode == 2 and "own.toml not found" in both.stderr, both.stderr
+    before = mqctl("--config", str(tmp_path / "before.toml"), "status")
+    assert before.returncode == 2 and "before.toml not found" in before.stderr
+
+
+def readme_commands() -> set[str]:
+    """The commands README's "Commands" block lists (``topic create|list|route`` is three,
+    ``config get KEY | set KEY VALUE`` two)."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Commands", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    groups = {words.split()[0] for words in leaf_commands() if " " in words}
+    listed = set()
+    for line in block.splitlines():
+        tokens = line.split("#", 1)[0].split()
+        if not tokens or tokens[0] != "mqctl":
+            continue
+        noun = tokens[1]
+        if noun not in groups:
+            listed.add(noun)
+            continue
+        verbs = tokens[2].split("|") + [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "|"]
+        listed.update(f"{noun} {verb}" for verb in verbs if re.fullmatch(r"[a-z][a-z-]*", verb))
+    return listed
+
+
+def test_readme_lists_exactly_the_commands_mqctl_has():
+    assert readme_commands() == set(leaf_commands())
