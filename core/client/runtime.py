@@ -9,7 +9,7 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 import trio
@@ -23,14 +23,26 @@ from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.remoting.signing import Credentials
 
-if TYPE_CHECKING:
-    from core.client.consumer import PushConsumer
-
 log = logging.getLogger(__name__)
 
 ROUTE_REFRESH_S = 30.0
 HEARTBEAT_S = 30.0
 LANGUAGE = "PYTHON"
+
+
+class ConsumerHandle(Protocol):
+    """What the runtime asks of a consumer it hosts (the push consumer is one): its part of
+    every heartbeat, and the requests brokers send about its group."""
+
+    def heartbeat_data(self) -> dict[str, Any]: ...
+
+    def rebalance_soon(self) -> None: ...
+
+    def reset_from_broker(self, request: RemotingCommand) -> Reply: ...
+
+    def running_info(self) -> dict[str, Any]: ...
+
+    async def stop(self) -> None: ...
 
 
 ServerRequestHandler = Callable[[RemotingCommand, Connection], Reply]
@@ -56,7 +68,7 @@ class ClientRuntime:
         # queues a broker told us to pull from another node of its group (suggestWhichBrokerId)
         self.pull_from: dict[MessageQueue, int] = {}
         self.producer_groups: set[str] = set()
-        self.consumers: dict[str, PushConsumer] = {}
+        self.consumers: dict[str, ConsumerHandle] = {}
         self._ns_index = 0
         # requests brokers send us, by code; producers and consumers register theirs
         self.request_handlers: dict[int, ServerRequestHandler] = {

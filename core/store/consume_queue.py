@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from core.errors import UnsafePathError
-from core.store.dispatch import DispatchRequest
 from core.store.mapped_file import MappedFile, MappedFileQueue
 from core.store.paths import queue_dir
 from formats.consume_queue import (
@@ -116,10 +115,6 @@ class ConsumeQueue:
             if last is None:
                 self.min_offset = self.max_offset = self.assigned = start // CQ_ENTRY_SIZE
         return mf
-
-    def put(self, req: DispatchRequest) -> bool:
-        """Write the entry for ``req``; False when it is already there (re-dispatch)."""
-        return self.put_entry(req.queue_offset, req.phys_offset, req.size, req.tags_code)
 
     def put_entry(self, qo: int, phys: int, size: int, tags: int) -> bool:
         """Write entry ``qo``; False when it is already there (re-dispatch)."""

@@ -503,7 +503,7 @@ class MessageStore:
     def _dispatch(self, req: DispatchRequest) -> None:
         """Dispatch one record found by scanning the log (recovery and catch-up)."""
         if req.to_consume_queue and (cq := self.queues.get_or_create_for_log(req.topic, req.queue_id)):
-            cq.put(req)
+            cq.put_entry(req.queue_offset, req.phys_offset, req.size, req.tags_code)
         if self._index_enabled and not self.index.indexed_below(req.phys_offset):
             keys = [*req.keys, *([req.uniq_key] if req.uniq_key else [])]  # = index_keys of the record
             self.index.reserve(len(keys))
