@@ -8,10 +8,9 @@ from typing import Annotated
 import trio
 import typer
 
-from core.broker.admin import TRANSFER_LEADERSHIP
 from core.config import Config
 from core.errors import RemotingError
-from core.remoting.codes import ResponseCode
+from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from mqctl import probe
 from mqctl.context import config_path, load
@@ -66,7 +65,7 @@ def transfer(
     if current != node:
         leader_node = config.broker_node(current)
         assert leader_node is not None
-        cmd = RemotingCommand(code=TRANSFER_LEADERSHIP, ext_fields={"target": node})
+        cmd = RemotingCommand(code=RequestCode.TRANSFER_LEADERSHIP, ext_fields={"target": node})
         try:
             resp = trio.run(probe.call, leader_node.listen, cmd)
         except RemotingError as exc:

@@ -13,7 +13,6 @@ from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from mqctl.errors import CliError
 
-GET_BROKER_RUNTIME_INFO = 28
 PROBE_CODE = 0  # no node handles code 0: any answer proves the node serves
 
 
@@ -69,7 +68,7 @@ async def runtime_infos(addresses: dict[str, str]) -> dict[str, dict[str, str] |
 
 async def runtime_info(address: str) -> dict[str, str] | None:
     try:
-        resp = await call(address, RemotingCommand(code=GET_BROKER_RUNTIME_INFO), 2.0)
+        resp = await call(address, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 2.0)
     except RemotingError:
         return None
     if resp.code != ResponseCode.SUCCESS or not resp.body:

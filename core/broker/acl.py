@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from core.broker.admin import TRANSFER_LEADERSHIP
 from core.broker.headers import V2_NAMES
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
@@ -38,7 +37,7 @@ RETRY_PREFIX = "%RETRY%"
 
 # requests that change the broker or other clients' state: admin accounts only
 ADMIN_CODES = frozenset({
-    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, TRANSFER_LEADERSHIP,
+    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.TRANSFER_LEADERSHIP,
     17,   # UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (not served; refused here first)
     25,   # UPDATE_BROKER_CONFIG (not served)
     207,  # DELETE_SUBSCRIPTIONGROUP (not served)

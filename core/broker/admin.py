@@ -18,12 +18,6 @@ from formats.errors import RecordError
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
-GET_BROKER_RUNTIME_INFO = 28
-# mqctl's own (RocketMQ 4.x has no broker request for it): hand a raft group's leadership to the
-# member named in extFields "target"; answered at once, the election follows within a lease.
-TRANSFER_LEADERSHIP = 60001
-
-
 def update_and_create_topic(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
     ext = request.ext_fields
     topic = ext.get("topic", "")

@@ -1,30 +1,25 @@
-"""The broker's state and its request table."""
+"""The broker's state; it answers a request with the handler its table (core/broker/request_table.py,
+handed in by the server) names for the code."""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import trio
 
-from core.broker import admin, client_requests, consumer_admin
 from core.broker.acl_file import AclFile
 from core.broker.clients import ClientRegistry
 from core.broker.consumer_filters import ConsumerFilterTable
-from core.broker.end_transaction import handle_end_transaction
 from core.broker.long_polling import PullHold
 from core.broker.offsets import ConsumerOffsets
-from core.broker.pull import handle_pull
-from core.broker.query import handle_query_message
 from core.broker.queue_locks import QueueLocks
 from core.broker.replication import Replication
 from core.broker.request_names import request_name_problem
 from core.broker.schedule import ScheduleService
-from core.broker.send import handle_send
-from core.broker.send_back import handle_send_back
 from core.broker.topics import TopicConfig, TopicTable
 from core.broker.transaction_service import TransactionService
 from core.config import MASTER_ID, BrokerNode, Config
@@ -55,7 +50,7 @@ class Broker:
     """One broker node: everything a request handler needs."""
 
     def __init__(self, node: BrokerNode, config: Config, store: MessageStore, hold: PullHold, root: Path,
-                 replication: Replication) -> None:
+                 replication: Replication, handlers: Mapping[int, Handler]) -> None:
         self.node = node
         self.config = config
         self.settings = config.broker
@@ -80,37 +75,7 @@ class Broker:
         self.transactions = TransactionService(store, root / "config", self.settings, self.store_host,
                                                self.producer_connections, self.schedule.hold_if_delayed)
         self.acl = AclFile(config.acl_file) if config.acl.enabled else None
-        self._handlers: dict[int, Handler] = {
-            RequestCode.SEND_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=False, batch=False),
-            RequestCode.SEND_MESSAGE_V2: lambda b, r, c: handle_send(b, r, c, v2=True, batch=False),
-            RequestCode.SEND_BATCH_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=True, batch=True),
-            RequestCode.PULL_MESSAGE: handle_pull,
-            RequestCode.CONSUMER_SEND_MSG_BACK: handle_send_back,
-            RequestCode.END_TRANSACTION: handle_end_transaction,
-            RequestCode.LOCK_BATCH_MQ: client_requests.lock_batch,
-            RequestCode.UNLOCK_BATCH_MQ: client_requests.unlock_batch,
-            RequestCode.HEART_BEAT: client_requests.heartbeat,
-            RequestCode.CHECK_CLIENT_CONFIG: client_requests.check_client_config,
-            RequestCode.UNREGISTER_CLIENT: client_requests.unregister_client,
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP: client_requests.consumer_list,
-            RequestCode.QUERY_CONSUMER_OFFSET: client_requests.query_consumer_offset,
-            RequestCode.UPDATE_CONSUMER_OFFSET: client_requests.update_consumer_offset,
-            RequestCode.GET_MAX_OFFSET: client_requests.max_offset,
-            RequestCode.GET_MIN_OFFSET: client_requests.min_offset,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: client_requests.search_offset,
-            RequestCode.GET_EARLIEST_MSG_STORETIME: client_requests.earliest_store_time,
-            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
-            RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topic_config,
-            RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_consumer_offsets,
-            RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
-            RequestCode.QUERY_MESSAGE: handle_query_message,
-            admin.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
-            admin.TRANSFER_LEADERSHIP: admin.transfer_leadership,
-            RequestCode.GET_CONSUME_STATS: consumer_admin.consume_stats,
-            RequestCode.GET_CONSUMER_CONNECTION_LIST: consumer_admin.consumer_connection_list,
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,
-            RequestCode.GET_CONSUMER_RUNNING_INFO: consumer_admin.consumer_running_info,
-        }
+        self._handlers = handlers
 
     def bind(self, port: int) -> None:
         """Set the address clients and records use (after the listener picked its port)."""

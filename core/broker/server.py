@@ -10,6 +10,7 @@ import trio
 from core.broker.broker import Broker
 from core.broker.long_polling import PullHold
 from core.broker.registration import registration_loop, unregister_all
+from core.broker.request_table import HANDLERS
 from core.broker.slave_sync import slave_sync_loop
 from core.config import BrokerNode, Config
 from core.errors import ConfigError
@@ -41,7 +42,7 @@ async def serve_broker(
             if replication is None:
                 raise ConfigError(f"no plugin provides replication.mode = {config.replication.mode!r} "
                                   f"(installed plugins: {', '.join(plugins.names)})")
-            broker = Broker(node, config, store, hold, root, replication)
+            broker = Broker(node, config, store, hold, root, replication, HANDLERS)
             host, port = split_address(node.listen)
             served = False
             try:

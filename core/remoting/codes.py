@@ -13,6 +13,7 @@ class RequestCode(enum.IntEnum):
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
     GET_ALL_TOPIC_CONFIG = 21
+    GET_BROKER_RUNTIME_INFO = 28
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
@@ -27,8 +28,8 @@ class RequestCode(enum.IntEnum):
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
-    CHECK_CLIENT_CONFIG = 46
     GET_ALL_CONSUMER_OFFSET = 43
+    CHECK_CLIENT_CONFIG = 46
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102
@@ -46,6 +47,9 @@ class RequestCode(enum.IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
+    # mqctl's own (RocketMQ 4.x has no broker request for it): hand a raft group's leadership to
+    # the member named in extFields "target"; answered at once, the election follows within a lease
+    TRANSFER_LEADERSHIP = 60001
 
 
 class ResponseCode(enum.IntEnum):

@@ -1,0 +1,49 @@
+"""The broker's request table (RocketMQ's processor registration in BrokerController): each
+request code and the function that answers it. The server hands it to the Broker, so the broker
+module knows none of its handlers and they may all type their first argument as Broker."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from core.broker import admin, client_requests, consumer_admin
+from core.broker.broker import Handler
+from core.broker.end_transaction import handle_end_transaction
+from core.broker.pull import handle_pull
+from core.broker.query import handle_query_message
+from core.broker.send import handle_send
+from core.broker.send_back import handle_send_back
+from core.remoting.codes import RequestCode
+
+HANDLERS: Mapping[int, Handler] = MappingProxyType({
+    RequestCode.SEND_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=False, batch=False),
+    RequestCode.SEND_MESSAGE_V2: lambda b, r, c: handle_send(b, r, c, v2=True, batch=False),
+    RequestCode.SEND_BATCH_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=True, batch=True),
+    RequestCode.PULL_MESSAGE: handle_pull,
+    RequestCode.CONSUMER_SEND_MSG_BACK: handle_send_back,
+    RequestCode.END_TRANSACTION: handle_end_transaction,
+    RequestCode.LOCK_BATCH_MQ: client_requests.lock_batch,
+    RequestCode.UNLOCK_BATCH_MQ: client_requests.unlock_batch,
+    RequestCode.HEART_BEAT: client_requests.heartbeat,
+    RequestCode.CHECK_CLIENT_CONFIG: client_requests.check_client_config,
+    RequestCode.UNREGISTER_CLIENT: client_requests.unregister_client,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: client_requests.consumer_list,
+    RequestCode.QUERY_CONSUMER_OFFSET: client_requests.query_consumer_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: client_requests.update_consumer_offset,
+    RequestCode.GET_MAX_OFFSET: client_requests.max_offset,
+    RequestCode.GET_MIN_OFFSET: client_requests.min_offset,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: client_requests.search_offset,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: client_requests.earliest_store_time,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+    RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topic_config,
+    RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_consumer_offsets,
+    RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
+    RequestCode.QUERY_MESSAGE: handle_query_message,
+    RequestCode.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
+    RequestCode.TRANSFER_LEADERSHIP: admin.transfer_leadership,
+    RequestCode.GET_CONSUME_STATS: consumer_admin.consume_stats,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: consumer_admin.consumer_connection_list,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,
+    RequestCode.GET_CONSUMER_RUNNING_INFO: consumer_admin.consumer_running_info,
+})
