@@ -17,11 +17,10 @@ if TYPE_CHECKING:
     from core.client.selection import QueueSelector
     from core.config import BrokerNode, Config, NameServerSettings
     from core.namesrv.route_table import RouteTable
-    from core.plugin_manager import PluginHost
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchBatch
-    from core.store.message_store import MessageStore
+    from core.store.message_store import MessageStore, StoreHooks
 
 PROJECT = "mqctl"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -81,7 +80,7 @@ def mq_route_table(settings: NameServerSettings) -> RouteTable | None:
 
 @hookspec(firstresult=True)
 def mq_message_store(mode: str, node: BrokerNode, config: Config, root: Path,
-                     plugins: PluginHost) -> MessageStore | None:
+                     plugins: StoreHooks) -> MessageStore | None:
     """Make the message store of a broker node whose group replicates in ``mode`` (pick one).
 
     Called once by each broker process at start, before the store is opened, with the node's

@@ -8,8 +8,7 @@ from pathlib import Path
 from core.broker.replication import Replication
 from core.config import BrokerNode, Config
 from core.hookspecs import hookimpl
-from core.plugin_manager import PluginHost
-from core.store.message_store import MessageStore
+from core.store.message_store import MessageStore, StoreHooks
 from replication.dledger.store import DLedgerMessageStore
 from replication.dledger.strategy import DLedgerReplication
 
@@ -18,7 +17,7 @@ MODE = "dledger"
 
 @hookimpl
 def mq_message_store(mode: str, node: BrokerNode, config: Config, root: Path,
-                     plugins: PluginHost) -> MessageStore | None:
+                     plugins: StoreHooks) -> MessageStore | None:
     return DLedgerMessageStore(root, config.store, plugins) if mode == MODE else None
 
 

@@ -9,9 +9,8 @@ import trio
 
 from core.errors import ConnectionClosedError, RemotingConnectError
 from core.nursery import open_unwrapped_nursery
-from core.plugin_manager import PluginHost
 from core.remoting.command import FRAME_SIZE_MAX_DEFAULT, RemotingCommand
-from core.remoting.connection import Connection, Processor
+from core.remoting.connection import Connection, Processor, RpcHooks
 from core.remoting.signing import Credentials, process_credentials, sign
 
 CONNECT_TIMEOUT_S = 3.0
@@ -41,7 +40,7 @@ class RemotingClient:
     """Calls to many peers; server-initiated requests go to ``processor``."""
 
     def __init__(self, nursery: trio.Nursery, processor: Processor | None = None, *,
-                 plugins: PluginHost | None = None, frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
+                 plugins: RpcHooks | None = None, frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
                  connect_timeout_s: float = CONNECT_TIMEOUT_S, credentials: Credentials | None = None) -> None:
         self._nursery = nursery
         # requests are signed for an ACL-enabled broker (name servers ignore the signature)

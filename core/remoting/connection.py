@@ -21,7 +21,6 @@ from typing import Protocol
 import trio
 
 from core.errors import ConnectionClosedError, RemotingError, RemotingTimeoutError, RpcRejected
-from core.plugin_manager import PluginHost
 from core.remoting.codes import FLAG_ONEWAY, ResponseCode
 from core.remoting.command import (
     FRAME_SIZE_MAX_DEFAULT,
@@ -50,6 +49,16 @@ class Processor(Protocol):
     """Handles the requests arriving on connections."""
 
     def process(self, request: RemotingCommand, conn: Connection) -> Reply: ...
+
+
+class RpcHooks(Protocol):
+    """The plugin hooks a connection calls around each request (the plugin host is one)."""
+
+    def has_rpc_hooks(self) -> bool: ...
+
+    def rpc_before_request(self, conn: Connection, request: RemotingCommand) -> None: ...
+
+    def rpc_after_response(self, conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None: ...
 
 
 @dataclass(slots=True)
@@ -89,7 +98,7 @@ class Connection:
         out_buffer_max: int = OUT_BUFFER_BYTES_MAX,
         limits: ConnectionLimits = DEFAULT_LIMITS,
         large_frames: ByteBudget | None = None,
-        plugins: PluginHost | None = None,
+        plugins: RpcHooks | None = None,
     ) -> None:
         self.stream = stream
         self.processor = processor

@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 import trio
 
-from core.plugin_manager import PluginHost
 from core.remoting.command import FRAME_SIZE_MAX_DEFAULT
-from core.remoting.connection import Connection, Processor
+from core.remoting.connection import Connection, Processor, RpcHooks
 from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
 
 log = logging.getLogger(__name__)
@@ -23,7 +22,7 @@ async def serve_remoting(
     port: int = 0,
     *,
     frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
-    plugins: PluginHost | None = None,
+    plugins: RpcHooks | None = None,
     on_close: Callable[[Connection], None] | None = None,
     limits: ConnectionLimits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,

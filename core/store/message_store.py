@@ -17,11 +17,11 @@ import logging
 import math
 import struct
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import trio
 
@@ -35,7 +35,6 @@ from core.errors import (
     StoreError,
 )
 from core.nursery import open_unwrapped_nursery
-from core.plugin_manager import PluginHost
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import CommitLog, LogRecovery
 from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
@@ -115,6 +114,17 @@ class StoreStatistics:
     refused_disk_full: int = 0
 
 
+class StoreHooks(Protocol):
+    """The plugin hooks a store calls (the plugin host is one): after records are dispatched,
+    and when a segment is retired."""
+
+    def listens_to_dispatch(self) -> bool: ...
+
+    def records_dispatched(self, store_dir: Path, requests: Sequence[DispatchRequest]) -> None: ...
+
+    def segment_retired(self, segment: Path, archive: Path | None) -> None: ...
+
+
 class MessageStore:
     """The store under ``root`` (``data_dir/<node>``)."""
 
@@ -122,7 +132,7 @@ class MessageStore:
         self,
         root: Path,
         config: StoreConfig,
-        plugins: PluginHost | None = None,
+        plugins: StoreHooks | None = None,
         *,
         archive_dir: Path | None = None,
     ) -> None:
@@ -835,7 +845,7 @@ def _sync_all(files: list[MappedFile]) -> None:
 
 @contextlib.asynccontextmanager
 async def open_message_store(
-    root: Path, config: StoreConfig, plugins: PluginHost | None = None, *, store: MessageStore | None = None,
+    root: Path, config: StoreConfig, plugins: StoreHooks | None = None, *, store: MessageStore | None = None,
     **kwargs: object,
 ) -> AsyncIterator[MessageStore]:
     """Open (recover) a store, run its background tasks, and close it cleanly on exit.

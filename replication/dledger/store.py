@@ -29,7 +29,6 @@ from pathlib import Path
 
 from core.config import StoreConfig
 from core.errors import ReadOnlyStoreError, StoreCorruptError
-from core.plugin_manager import PluginHost
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import LogRecovery
 from core.store.dispatch import Appended
@@ -42,6 +41,7 @@ from core.store.message_store import (
     MessageStore,
     PutResult,
     RecoveryReport,
+    StoreHooks,
     now_ms,
 )
 from formats import dledger
@@ -66,7 +66,7 @@ Proposer = Callable[[list[bytes]], "list[int] | Code"]
 class DLedgerMessageStore(MessageStore):
     """The store under ``root`` of one raft member (``replication.mode = "dledger"``)."""
 
-    def __init__(self, root: Path, config: StoreConfig, plugins: PluginHost | None = None, **kwargs: object) -> None:
+    def __init__(self, root: Path, config: StoreConfig, plugins: StoreHooks | None = None, **kwargs: object) -> None:
         super().__init__(root, config, plugins, **kwargs)  # type: ignore[arg-type]
         self.state_dir = root / RAFT_STATE_DIR
         self.raft_log = DiskRaftLog(root, config.segment_size_bytes, data=self.commitlog.files)
