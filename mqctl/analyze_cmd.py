@@ -38,6 +38,7 @@ def analyze(
     master: Annotated[str, typer.Option(help="Spark master: local[*], local[N], spark://host:port, yarn.")] = "local[*]",
     out: Annotated[Path | None, typer.Option(help="Directory for report files, PNG charts and the Spark log.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table | json | parquet | csv (files need --out).")] = "table",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON, one object a line: --format json.")] = False,
     rows: Annotated[int, typer.Option(help="Rows of each table to print.")] = 20,
     bucket_seconds: Annotated[int, typer.Option(help="Width of the store-time histogram buckets.")] = 60,
 ) -> None:
@@ -45,6 +46,10 @@ def analyze(
     retries, duplicates, queue lag and replica divergence."""
     from spark.analysis import ALL, REPORT_NAMES, StoreRef
 
+    if as_json:
+        if fmt not in ("table", "json"):
+            raise CliError(f"give --json or --format {fmt}, not both")
+        fmt = "json"
     if fmt not in FORMATS:
         raise CliError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if fmt in ("parquet", "csv") and out is None:

@@ -36,6 +36,7 @@ from mqctl.chaos_history import FaultSpan, Verdict, check_history
 from mqctl.chaos_schedule import PlannedFault, parse_faults, plan_faults
 from mqctl.chaos_traffic import SENDERS, History, produce, start_consumer
 from mqctl.errors import CliError
+from mqctl.options import JsonOutput
 
 DRAIN_TIMEOUT_S = 60.0
 DRAIN_QUIET_S = 15.0  # no delivery for this long ends the drain early
@@ -58,7 +59,7 @@ def chaos(
     seed: Annotated[int, typer.Option(help="Seed of the fault schedule (the same seed, the same schedule).")] = 1,
     directory: Annotated[Path | None, typer.Option("--dir", help="Where the drill's cluster lives "
                                                    "(default: a temporary folder, removed after).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
+    as_json: JsonOutput = False,
 ) -> None:
     """Run a fault drill on a cluster of its own and check that no acknowledged message is lost."""
     if mode not in LOSS_ALLOWED:
@@ -86,7 +87,7 @@ def chaos(
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
     if as_json:
-        typer.echo(json.dumps(found, indent=2))
+        typer.echo(json.dumps(found))  # one object on one line, as every --json prints
     else:
         print_report(found)
     if found["broken_promises"]:

@@ -33,6 +33,7 @@ def test_refusals_are_clear_and_start_no_spark(analysis_stores, subprocess_env, 
         (["-r", "topics,nonsense", store], "unknown report nonsense"),
         (["--format", "xml", store], "--format must be one of"),
         (["--format", "parquet", store], "give --out DIR"),
+        (["--json", "--format", "csv", store], "give --json or --format csv, not both"),
         ([str(tmp_path / "nowhere")], "no such store"),
     ]
     for args, message in cases:
