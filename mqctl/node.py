@@ -71,7 +71,7 @@ def loopback_host(config: Config, name: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mqctl.node")
-    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("-c", "--config", type=Path, required=True)
     parser.add_argument("--node", required=True)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
