@@ -2,9 +2,8 @@
 long-polls each queue, hands messages to a callback in queue order and commits offsets.
 
 The push consumer also answers what brokers ask of it: RESET_CONSUMER_CLIENT_OFFSET (its queues
-jump to the offsets of the body's ``offsetTable``, a list of ``{"topic", "brokerName",
-"queueId", "offset"}`` objects, or fastjson's map keyed by queue objects as a stock broker sends
-it) and GET_CONSUMER_RUNNING_INFO, answered as JSON:
+jump to the offsets of the body, read by :mod:`core.client.offset_table`) and
+GET_CONSUMER_RUNNING_INFO, answered as JSON:
 
 ```
 {"properties": {"consumerGroup": ..., "messageModel": "CLUSTERING", ...},   strings, like Java's
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -31,6 +29,7 @@ import trio
 
 from core.client.allocation import ALLOCATORS
 from core.client.offset_store import LocalOffsetStore, default_offsets_path
+from core.client.offset_table import parse_offset_table
 from core.client.pull import (
     PullStatus,
     SubscriptionRefusedError,
@@ -41,6 +40,7 @@ from core.client.pull import (
     max_offset,
     min_offset,
     pull,
+    send_back,
 )
 from core.client.queue_locking import LOCK_RENEW_S, HeldLocks, lock_queues, unlock_queues
 from core.client.route import MessageQueue
@@ -63,32 +63,6 @@ REBALANCE_S = 10.0
 COMMIT_S = 5.0
 RETRY_LOCALLY_S = 1.0  # a message kept here (suspended, or not taken back) is offered again after this
 LOCK_RETRY_S = 1.0  # an orderly consumer asks again this soon for queues another member still holds
-
-
-_FASTJSON_QUEUE_KEY = re.compile(rb"(\{[^{}]*\})\s*:\s*(-?\d+)")
-
-
-def _queue_of(doc: dict[str, Any]) -> MessageQueue:
-    return MessageQueue(str(doc["topic"]), str(doc["brokerName"]), int(doc["queueId"]))
-
-
-def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:
-    """The ``offsetTable`` of a ResetOffsetBody; raises ValueError when there is none."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        # fastjson's map keyed by queue objects: each {queue}:offset pair
-        pairs = _FASTJSON_QUEUE_KEY.findall(body)
-        if not pairs:
-            raise ValueError("the body holds no offset table") from None
-        try:
-            return {_queue_of(orjson.loads(key)): int(offset) for key, offset in pairs}
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"bad queue in the offset table: {exc}") from None
-    try:
-        return {_queue_of(row): int(row["offset"]) for row in doc["offsetTable"]}
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"the body's offsetTable is not a list of queues with offsets: {exc!r}") from None
 
 
 # A handler returns True (all consumed), False (none: RECONSUME_LATER, or for an orderly
@@ -410,7 +384,7 @@ class PushConsumer:
         """Deal with messages the handler did not consume; returns how many, from the start,
         are settled (given back, dead-lettered, skipped); the rest stay here."""
         if self.give_back:
-            return await self._send_back(mq, later)
+            return await send_back(self.runtime, self.group, mq, later, max_reconsume_times=self.max_reconsume_times)
         if not (self.orderly or self.broadcasting):
             return 0  # give_back=False: kept in the queue for as long as it takes
         first = later[0]
@@ -423,28 +397,8 @@ class PushConsumer:
         if self.broadcasting:
             log.warning("consumer %s skips %s@%d after %d tries", self.group, mq, first.queue_offset, tries)
             return 1
-        return await self._send_back(mq, [first], dead_letter=True)
-
-    async def _send_back(self, mq: MessageQueue, messages: list[MessageRecord], *, dead_letter: bool = False) -> int:
-        """Give ``messages`` back for a later retry; returns how many the broker took, in order."""
-        try:
-            addr = await broker_address(self.runtime, mq)
-        except ClientError:
-            return 0
-        for i, rec in enumerate(messages):
-            cmd = RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields={
-                "group": self.group, "offset": str(rec.phys_offset), "delayLevel": "-1" if dead_letter else "0",
-                "originMsgId": rec.uniq_key or "", "originTopic": rec.topic, "unitMode": "false",
-                "maxReconsumeTimes": str(self.max_reconsume_times)})
-            try:
-                resp = await self.runtime.invoke(addr, cmd, 3)
-            except RemotingError as exc:
-                log.info("send back of %s@%d failed: %s", mq, rec.queue_offset, exc)
-                return i
-            if resp.code != ResponseCode.SUCCESS:
-                log.info("send back of %s@%d refused: %s", mq, rec.queue_offset, resp.remark)
-                return i
-        return len(messages)
+        return await send_back(self.runtime, self.group, mq, [first], max_reconsume_times=self.max_reconsume_times,
+                               dead_letter=True)
 
     async def _deliver(self, messages: list[MessageRecord]) -> bool | int:
         for rec in messages:  # a retry shows its original topic, as RocketMQ clients do

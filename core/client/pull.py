@@ -1,8 +1,10 @@
-"""Single pulls and the offset calls of pull-style consumers (and of the push consumer)."""
+"""Single pulls, the offset calls of pull-style consumers (and of the push consumer), and the
+send-back of messages a consumer did not consume."""
 
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 
 import orjson
@@ -16,6 +18,8 @@ from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
 from formats.record import MessageRecord, decode_records
 from formats.tags import subscription_codes
+
+log = logging.getLogger(__name__)
 
 PULL_BATCH = 32
 PULL_TIMEOUT_S = 30.0
@@ -166,3 +170,27 @@ async def commit_offset(runtime: ClientRuntime, group: str, mq: MessageQueue, of
     cmd = RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
         "consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "commitOffset": str(offset)})
     await runtime.invoke(await broker_address(runtime, mq), cmd, 5)
+
+
+async def send_back(runtime: ClientRuntime, group: str, mq: MessageQueue, messages: list[MessageRecord], *,
+                    max_reconsume_times: int, dead_letter: bool = False) -> int:
+    """CONSUMER_SEND_MSG_BACK: give ``messages`` back for a later retry (or, ``dead_letter``,
+    straight to the group's DLQ); returns how many the broker took, in order."""
+    try:
+        addr = await broker_address(runtime, mq)
+    except ClientError:
+        return 0
+    for i, rec in enumerate(messages):
+        cmd = RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields={
+            "group": group, "offset": str(rec.phys_offset), "delayLevel": "-1" if dead_letter else "0",
+            "originMsgId": rec.uniq_key or "", "originTopic": rec.topic, "unitMode": "false",
+            "maxReconsumeTimes": str(max_reconsume_times)})
+        try:
+            resp = await runtime.invoke(addr, cmd, 3)
+        except RemotingError as exc:
+            log.info("send back of %s@%d failed: %s", mq, rec.queue_offset, exc)
+            return i
+        if resp.code != ResponseCode.SUCCESS:
+            log.info("send back of %s@%d refused: %s", mq, rec.queue_offset, resp.remark)
+            return i
+    return len(messages)

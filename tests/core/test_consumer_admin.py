@@ -9,7 +9,8 @@ import orjson
 import pytest
 import trio
 
-from core.client.consumer import PushConsumer, parse_offset_table
+from core.client.consumer import PushConsumer
+from core.client.offset_table import parse_offset_table
 from core.client.producer import Message, Producer
 from core.client.route import MessageQueue
 from core.client.runtime import open_client
