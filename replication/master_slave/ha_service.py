@@ -1,5 +1,6 @@
-"""The master's side: HAService (accept loop) and one HAConnection per slave (a reader of
-acks, a writer of transfer batches and heartbeats, and a housekeeper dropping silent links)."""
+"""The master's side (RocketMQ's HAService): accept slaves on the HA port and run one
+:class:`HAConnection` each; keep the slaves' links, their best ack for sync sends, and the log's
+growth timeline that turns a lag in bytes into seconds."""
 
 from __future__ import annotations
 
@@ -12,12 +13,10 @@ from core.remoting.client import split_address
 from core.store.message_store import MessageStore
 from replication.errors import ProtocolError
 from replication.master_slave.acks import SlaveLink, WriteTimeline, best_ack
-from replication.master_slave.protocol import ReportParser, encode_transfer_header
+from replication.master_slave.ha_connection import HAConnection
 from replication.watermark_waiters import AckWaiters
 
 log = logging.getLogger(__name__)
-
-RECEIVE_BYTES = 4096
 
 
 class HAService:
@@ -72,12 +71,10 @@ class HAService:
         link = SlaveLink(peer, now, now)
         self.links.append(link)
         log.info("slave %s connected", peer)
+        connection = HAConnection(stream, link, self.store, self.settings, start_offset=self.start_offset,
+                                  acked=self._acked)
         try:
-            async with trio.open_nursery() as nursery:
-                first_report = trio.Event()
-                nursery.start_soon(self._read_reports, stream, link, first_report, nursery.cancel_scope)
-                nursery.start_soon(self._transfer, stream, link, first_report)
-                nursery.start_soon(self._drop_when_silent, link, nursery.cancel_scope)
+            await connection.run()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as broken:
             log.info("slave %s link broke: %s", peer, broken.exceptions[0])
         except* ProtocolError as bad:
@@ -88,70 +85,10 @@ class HAService:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _read_reports(self, stream: trio.SocketStream, link: SlaveLink, first_report: trio.Event,
-                            scope: trio.CancelScope) -> None:
-        parser = ReportParser()
-        while True:
-            data = await stream.receive_some(RECEIVE_BYTES)
-            if not data:
-                scope.cancel()
-                return
-            link.last_heard = trio.current_time()
-            offset = parser.feed(data)
-            if offset is None:
-                continue
-            end = self.store.commitlog.write_offset
-            if offset > end:
-                # tell the slave where this log ends (a heartbeat), then drop it: RocketMQ
-                # drops such a slave; ours then looks further back for where the logs agree
-                log.warning("slave %s reports offset %d beyond this log's end %d: its log is ahead of "
-                            "(forked from) this one", link.peer, offset, end)
-                await stream.send_all(encode_transfer_header(end, 0))
-                scope.cancel()
-                return
-            link.acked = offset
-            if not first_report.is_set():
-                first_report.set()
-            best = best_ack(self.links)
-            if best is not None:
-                self.acks.advance(best)
-
-    async def _transfer(self, stream: trio.SocketStream, link: SlaveLink, first_report: trio.Event) -> None:
-        await first_report.wait()
-        assert link.acked is not None
-        log_ = self.store.commitlog
-        position = self.start_offset(link.acked)
-        if position < log_.min_offset:
-            log.error("slave %s asks for offset %d, but this log now starts at %d: wipe the slave's store "
-                      "to copy it afresh", link.peer, position, log_.min_offset)
-            await stream.send_all(encode_transfer_header(log_.min_offset, 0))
-            return
-        log.info("streaming to slave %s from offset %d", link.peer, position)
-        batch_max = self.settings.ha_transfer_batch_bytes
-        heartbeat_s = self.settings.ha_heartbeat_interval_ms / 1000
-        while True:
-            end = log_.write_offset
-            if position < end:
-                seg = log_.segment_of(position)
-                if seg is None:
-                    raise ProtocolError(f"offset {position} is no longer in this log")
-                size = min(batch_max, end - position, seg.end - position)
-                await stream.send_all(encode_transfer_header(position, size) + seg.read(position - seg.start, size))
-                position += size
-                continue
-            with trio.move_on_after(heartbeat_s):
-                await self.store.wait_log_beyond(position)
-                continue
-            await stream.send_all(encode_transfer_header(position, 0))
-
-    async def _drop_when_silent(self, link: SlaveLink, scope: trio.CancelScope) -> None:
-        silence_max = self.settings.ha_housekeeping_interval_ms / 1000
-        while True:
-            await trio.sleep_until(link.last_heard + silence_max)
-            if trio.current_time() - link.last_heard >= silence_max:
-                log.warning("slave %s silent for %.0f s: dropped", link.peer, silence_max)
-                scope.cancel()
-                return
+    def _acked(self) -> None:
+        best = best_ack(self.links)
+        if best is not None:
+            self.acks.advance(best)
 
     def status(self) -> list[dict[str, object]]:
         """Per connected slave: its address, acked offset, lag in bytes and seconds."""

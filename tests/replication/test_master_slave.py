@@ -106,6 +106,9 @@ async def test_full_sync_copies_from_offset_zero(tmp_path, small_store_config):
         await wait_caught_up(master.store, slave.store)
         assert slave.store.commitlog.min_offset == 0
         assert log_bytes(tmp_path / "slave") == log_bytes(tmp_path / "master")
+        with trio.fail_after(5):  # the slave's ack of its last append reaches the master just after
+            while not master.service.links or master.service.links[0].acked != master.store.commitlog.write_offset:
+                await trio.sleep(0.01)
         status = master.service.status()
         assert len(status) == 1 and status[0]["lagBytes"] == 0 and status[0]["ackOffset"] == master.store.commitlog.write_offset
 
