@@ -1,5 +1,6 @@
 """Sends waiting for a watermark that only grows: a slave's acked offset under master-slave,
-the commit index under raft (RocketMQ's GroupTransferService and DLedger's pending appends)."""
+the commit index under raft (the waiting of master_slave.group_transfer's GroupTransferService and
+of DLedger's pending appends)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The master's view of its slaves' acknowledgements: who is connected, how far each has
-acked, how far behind that is in bytes and in time, and the sends waiting for an ack
-(RocketMQ's GroupTransferService)."""
+acked, and how far behind that is in bytes and in time. The sends waiting for an ack are
+:mod:`replication.master_slave.group_transfer`'s."""
 
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from core.config import ReplicationConfig
 from core.remoting.client import split_address
 from core.store.message_store import MessageStore
 from replication.errors import ProtocolError
-from replication.master_slave.acks import SlaveLink, WriteTimeline, best_ack
+from replication.master_slave.acks import SlaveLink, WriteTimeline
+from replication.master_slave.group_transfer import GroupTransferService
 from replication.master_slave.ha_connection import HAConnection
-from replication.watermark_waiters import AckWaiters
 
 log = logging.getLogger(__name__)
 
@@ -22,11 +22,13 @@ log = logging.getLogger(__name__)
 class HAService:
     """Streams the master's CommitLog to every slave that connects."""
 
-    def __init__(self, store: MessageStore, settings: ReplicationConfig) -> None:
+    def __init__(self, store: MessageStore, settings: ReplicationConfig, sync_timeout_s: float) -> None:
         self.store = store
         self.settings = settings
         self.links: list[SlaveLink] = []
-        self.acks = AckWaiters()
+        self.transfers = GroupTransferService(self.links, lambda: store.commitlog.write_offset,
+                                              fallbehind_max=settings.ha_slave_fallbehind_max,
+                                              timeout_s=sync_timeout_s)
         self.timeline = WriteTimeline()
 
     async def serve(self, listen: str, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
@@ -41,7 +43,7 @@ class HAService:
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._note_growth)
-            nursery.start_soon(self.acks.tick)
+            nursery.start_soon(self.transfers.run)
             task_status.started(f"{host}:{bound}")
             await trio.serve_listeners(self._serve_slave, listeners)
 
@@ -72,7 +74,7 @@ class HAService:
         self.links.append(link)
         log.info("slave %s connected", peer)
         connection = HAConnection(stream, link, self.store, self.settings, start_offset=self.start_offset,
-                                  acked=self._acked)
+                                  acked=self.transfers.slave_acked)
         try:
             await connection.run()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as broken:
@@ -84,11 +86,6 @@ class HAService:
             log.info("slave %s disconnected (acked %s)", peer, link.acked)
             with trio.CancelScope(shield=True):
                 await stream.aclose()
-
-    def _acked(self) -> None:
-        best = best_ack(self.links)
-        if best is not None:
-            self.acks.advance(best)
 
     def status(self) -> list[dict[str, object]]:
         """Per connected slave: its address, acked offset, lag in bytes and seconds."""

@@ -1,5 +1,6 @@
 """Master-slave replication as the broker sees it (core.broker.replication.Replication): the
-master runs the HA service, a slave its HA client; in sync mode a send waits for a slave."""
+master runs the HA service, a slave its HA client; in sync mode a send waits for a slave
+(:mod:`replication.master_slave.group_transfer`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import trio
 from core.broker.replication import Replicated
 from core.config import BrokerNode, Config
 from core.store.message_store import MessageStore
-from replication.master_slave.acks import slave_ok
 from replication.master_slave.ha_client import HAClient
 from replication.master_slave.ha_service import HAService
 
@@ -24,7 +24,7 @@ class MasterSlaveReplication:
         self.settings = config.replication
         self.sync_timeout_s = config.store.sync_flush_timeout_ms / 1000
         self.is_master = node.is_master
-        self.service = HAService(store, self.settings) if self.is_master else None
+        self.service = HAService(store, self.settings, self.sync_timeout_s) if self.is_master else None
         self.client = None if self.is_master else HAClient(store, self.settings)
         self._sync = sync
         if not self.is_master:
@@ -63,11 +63,7 @@ class MasterSlaveReplication:
 
     async def wait_replicated(self, phys_offset: int, end_offset: int) -> Replicated:
         assert self.service is not None
-        if not slave_ok(self.service.links, self.store.commitlog.write_offset, self.settings.ha_slave_fallbehind_max):
-            return Replicated.NO_REPLICA
-        if await self.service.acks.wait(end_offset, self.sync_timeout_s):
-            return Replicated.OK
-        return Replicated.TIMEOUT
+        return await self.service.transfers.wait_transfer(end_offset)
 
     def transfer_leadership(self, target: str) -> str | None:
         return (f"replication.mode = {self.mode!r} has no elected leader: broker id 0 is the master "
