@@ -1,5 +1,6 @@
 """The sans-IO raft node: roles, terms and votes, heartbeats, leadership transfer, and the
-entry pushing of :mod:`dispatcher`, :mod:`entry_handler` and :mod:`quorum` composed.
+entry pushing of :mod:`dispatcher`, :mod:`entry_handler` and :mod:`quorum` composed (together
+DLedger's DLedgerEntryPusher: EntryDispatcher, EntryHandler, QuorumAckChecker).
 
 A driver (trio tasks in a broker, the simulator in tests) feeds it messages, the time and
 proposals, and after every input takes a :class:`Ready` and carries it out **in order**:

@@ -71,11 +71,19 @@ class DLedgerMessageStore(MessageStore):
         self.state_dir = root / RAFT_STATE_DIR
         self.raft_log = DiskRaftLog(root, config.segment_size_bytes, data=self.commitlog.files)
         self.committed_index = -1
-        self.proposer: Proposer | None = None  # the raft node's propose, set by the replication
+        self._proposer: Proposer | None = None  # the raft node's propose: attach_proposer
         # what this member proposed as leader, by (raft index, term): dispatched from these
         # fields at commit instead of decoding the records again (same index and term: same entry)
         self._proposed: collections.deque[tuple[int, int, Appended]] = collections.deque()
         self.set_read_only("no raft leader elected yet")
+
+    def attach_proposer(self, propose: Proposer) -> None:
+        """Appends go through ``propose`` (the raft member's: entries to its log and its
+        followers, or a Code when it is not the leader). Until one is attached, appends are
+        refused NOT_LEADER; the replication attaches its driver's once, at start."""
+        if self._proposer is not None:
+            raise RuntimeError("a proposer is attached already")
+        self._proposer = propose
 
     # ---------------------------------------------------------------- opening
 
@@ -194,7 +202,7 @@ class DLedgerMessageStore(MessageStore):
             buf = bytearray(prep[0])
             write_record(buf, 0, rec, prep, qo, phys, stamp)
             bodies.append(bytes(buf))
-        proposer = self.proposer
+        proposer = self._proposer
         outcome = Code.NOT_LEADER if proposer is None else proposer(bodies)
         if isinstance(outcome, Code):
             raise ReadOnlyStoreError(f"raft: {outcome.name} (this member cannot take writes now)")

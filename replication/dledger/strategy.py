@@ -60,7 +60,7 @@ class DLedgerReplication:
         self.commits = AckWaiters()  # watermark: commit index + 1
         self._leading = False
         self._role_changed = trio.Event()
-        store.proposer = self.driver.propose
+        store.attach_proposer(self.driver.propose)
 
     # ------------------------------------------------------------------ Replication
 

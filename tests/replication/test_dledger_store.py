@@ -196,7 +196,7 @@ async def test_a_leader_dispatches_what_it_proposed_only_while_the_log_still_hol
         return list(range(first, first + len(bodies)))
 
     async with open_message_store(store.root, store.config, store=store):
-        store.proposer = propose
+        store.attach_proposer(propose)
         store.start_leading()
         store.put_many([msg(i) for i in range(0, 8, QUEUES)])  # queue 0, offsets 0 and 1: entries 0 and 1
         assert store.dispatch_committed(0) == 1 and store.max_queue_offset("Orders", 0) == 1
