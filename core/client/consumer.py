@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 import trio
 
 from core.client.allocation import ALLOCATORS
@@ -33,10 +32,10 @@ from core.client.offset_table import parse_offset_table
 from core.client.pull import (
     PullStatus,
     SubscriptionRefusedError,
-    broker_address,
     check_subscription,
     commit_offset,
     committed_offset,
+    group_members,
     max_offset,
     min_offset,
     pull,
@@ -45,6 +44,7 @@ from core.client.pull import (
 from core.client.queue_locking import LOCK_RENEW_S, HeldLocks, lock_queues, unlock_queues
 from core.client.route import MessageQueue
 from core.client.runtime import ClientError, ClientRuntime
+from core.client.subscription_data import subscription_data
 from core.errors import RemotingError
 from core.filter.expression_types import SQL92, TAG
 from core.remoting.codes import RequestCode, ResponseCode
@@ -53,7 +53,6 @@ from core.remoting.connection import Reply
 from core.topic_names import RETRY_PREFIX
 from formats.properties import RETRY_TOPIC
 from formats.record import MessageRecord
-from formats.tags import subscription_codes
 
 log = logging.getLogger(__name__)
 
@@ -159,14 +158,8 @@ class PushConsumer:
         self._sub_version = int(time.time() * 1000)
 
     def heartbeat_data(self) -> dict[str, Any]:
-        version = str(self._sub_version)
-        subs = []
-        for topic, expression in self._topics().items():
-            kind = self.expression_types.get(topic, TAG)
-            tags = [] if expression == "*" or kind != TAG else [t.strip() for t in expression.split("||")]
-            codes = sorted(subscription_codes(expression) or []) if kind == TAG else []
-            subs.append({"topic": topic, "subString": expression, "subVersion": version, "tagsSet": tags,
-                         "codeSet": codes, "expressionType": kind, "classFilterMode": False})
+        subs = [subscription_data(topic, expression, self.expression_types.get(topic, TAG), self._sub_version)
+                for topic, expression in self._topics().items()]
         return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": self.message_model.value,
                 "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET" if self.from_beginning else "CONSUME_FROM_LAST_OFFSET",
                 "subscriptionDataSet": subs, "unitMode": False}
@@ -234,7 +227,7 @@ class PushConsumer:
             if self.broadcasting:
                 wanted.update(queues)
                 continue
-            members = await self._members(queues[0])
+            members = await group_members(self.runtime, self.group, queues[0])
             wanted.update(self.allocate(queues, members, self.runtime.client_id))
         for mq in list(self._loops):
             if mq not in wanted:
@@ -293,13 +286,6 @@ class PushConsumer:
             if mq not in granted and not self._locks.fresh(mq, trio.current_time()):
                 log.warning("consumer %s lost the lock of %s; another member consumes it now", self.group, mq)
                 await self._drop(mq, unlock=False)
-
-    async def _members(self, mq: MessageQueue) -> list[str]:
-        resp = await self.runtime.invoke(await broker_address(self.runtime, mq), RemotingCommand(
-            code=RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": self.group}), 5)
-        if resp.code != ResponseCode.SUCCESS:
-            return [self.runtime.client_id]
-        return sorted(orjson.loads(resp.body).get("consumerIdList", []))
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         if self.local_offsets is not None:

@@ -11,6 +11,7 @@ import orjson
 
 from core.client.route import MASTER_ID, MessageQueue
 from core.client.runtime import ClientError, ClientRuntime
+from core.client.subscription_data import subscription_data
 from core.errors import RemotingError
 from core.filter.expression_types import TAG, is_tag_type
 from core.remoting.codes import RequestCode, ResponseCode
@@ -70,9 +71,8 @@ async def check_subscription(runtime: ClientRuntime, group: str, topic: str, exp
     its pulls will say."""
     route = await runtime.route(topic)
     addresses = sorted({a for ids in route.brokers.values() for a in ids.values()}) if route else []
-    body = orjson.dumps({"clientId": runtime.client_id, "group": group, "subscriptionData": {
-        "topic": topic, "subString": expression, "expressionType": expression_type, "subVersion": version,
-        "tagsSet": [], "codeSet": [], "classFilterMode": False}})
+    body = orjson.dumps({"clientId": runtime.client_id, "group": group,
+                         "subscriptionData": subscription_data(topic, expression, expression_type, version)})
     for address in addresses:
         try:
             resp = await runtime.invoke(address, RemotingCommand(code=RequestCode.CHECK_CLIENT_CONFIG, body=body), 5)
@@ -149,6 +149,16 @@ async def pull(runtime: ClientRuntime, group: str, mq: MessageQueue, offset: int
 async def _offset_call(runtime: ClientRuntime, code: int, mq: MessageQueue, **extra: str) -> RemotingCommand:
     ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **extra}
     return await runtime.invoke(await broker_address(runtime, mq), RemotingCommand(code=code, ext_fields=ext), 5)
+
+
+async def group_members(runtime: ClientRuntime, group: str, mq: MessageQueue) -> list[str]:
+    """GET_CONSUMER_LIST_BY_GROUP at ``mq``'s broker: the group's client ids, sorted (just this
+    client when the broker cannot say)."""
+    resp = await runtime.invoke(await broker_address(runtime, mq), RemotingCommand(
+        code=RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": group}), 5)
+    if resp.code != ResponseCode.SUCCESS:
+        return [runtime.client_id]
+    return sorted(orjson.loads(resp.body).get("consumerIdList", []))
 
 
 async def max_offset(runtime: ClientRuntime, mq: MessageQueue) -> int:
