@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchBatch
-    from core.store.message_store import MessageStore, StoreHooks
+    from core.store.message_store import MessageStore
+    from core.store.store_types import StoreHooks
 
 PROJECT = "mqctl"
 hookspec = pluggy.HookspecMarker(PROJECT)

@@ -8,7 +8,8 @@ from pathlib import Path
 from core.broker.replication import Replication
 from core.config import BrokerNode, Config
 from core.hookspecs import hookimpl
-from core.store.message_store import MessageStore, StoreHooks
+from core.store.message_store import MessageStore
+from core.store.store_types import StoreHooks
 from replication.dledger.store import DLedgerMessageStore
 from replication.dledger.strategy import DLedgerReplication
 

@@ -14,7 +14,7 @@ from core.broker.transactions import is_half
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
-from core.store.message_store import PutResult
+from core.store.store_types import PutResult
 from core.topic_names import send_refusal
 from formats.batch import decode_batch
 from formats.compression import decompress

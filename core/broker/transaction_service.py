@@ -41,8 +41,9 @@ from core.errors import RemotingError, StoreError
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
-from core.store.message_store import MessageStore, PutResult
+from core.store.message_store import MessageStore
 from core.store.message_store import now_ms as wall_clock_ms
+from core.store.store_types import PutResult
 from core.topic_names import TRANS_HALF_TOPIC, TRANS_OP_TOPIC
 from formats.consume_queue import CQEntry
 from formats.errors import RecordError

@@ -17,11 +17,9 @@ import logging
 import math
 import struct
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
 from itertools import repeat
 from pathlib import Path
-from typing import NamedTuple, Protocol
 
 import trio
 
@@ -35,17 +33,16 @@ from core.errors import (
     StoreError,
 )
 from core.nursery import open_unwrapped_nursery
-from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from core.store.commitlog import CommitLog, LogRecovery
+from core.store.checkpoint import read_checkpoint
+from core.store.commitlog import CommitLog
 from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from core.store.dispatch import Appended, DispatchBatch, DispatchFields, DispatchRequest, record_tags_code
 from core.store.key_index import KeyIndex, key_hash
-from core.store.mapped_file import MappedFile
-from core.store.retention import disk_used_ratio, expired_segments
+from core.store.store_reads import StoreReads
+from core.store.store_types import PutResult, RecoveryReport, StoreHooks, StoreStatistics
+from core.store.store_upkeep import CHECKPOINT_FILE, StoreUpkeep, sync_all
 from core.topic_names import SCHEDULE_TOPIC
-from formats.archive import archive_segment
 from formats.buffers import ReadableBytes
-from formats.consume_queue import CQEntry
 from formats.errors import RecordError
 from formats.properties import TAGS as TAGS_PROPERTY
 from formats.properties import index_keys
@@ -64,11 +61,9 @@ from formats.tags import tags_code
 
 log = logging.getLogger(__name__)
 
-LARGE_READ_BYTES = 64 * 1024
 DISPATCH_BATCH_MAX = 1024
 _SIZE_AND_MAGIC = struct.Struct(">ii")  # a record's (or BLANK's) first two fields
 ABORT_FILE = "abort"
-CHECKPOINT_FILE = "checkpoint"
 # A store that ran as a raft member keeps its raft state here (replication.dledger.store).
 RAFT_STATE_DIR = "dledger"
 RAFT_BASE_FILE = "base"
@@ -87,45 +82,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PutResult(NamedTuple):
-    """Where a record went. ``flushed`` is False when a sync-flush wait timed out (the record
-    is stored all the same: RocketMQ's FLUSH_DISK_TIMEOUT)."""
-
-    phys_offset: int
-    queue_offset: int
-    size: int
-    store_timestamp: int
-    flushed: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    clean_shutdown: bool
-    log: LogRecovery
-    redispatched: int
-
-
-@dataclass(slots=True)
-class StoreStatistics:
-    appended: int = 0
-    flushes: int = 0
-    checkpoints: int = 0
-    retired_segments: int = 0
-    refused_disk_full: int = 0
-
-
-class StoreHooks(Protocol):
-    """The plugin hooks a store calls (the plugin host is one): after records are dispatched,
-    and when a segment is retired."""
-
-    def listens_to_dispatch(self) -> bool: ...
-
-    def records_dispatched(self, store_dir: Path, requests: Sequence[DispatchRequest]) -> None: ...
-
-    def segment_retired(self, segment: Path, archive: Path | None) -> None: ...
-
-
-class MessageStore:
+class MessageStore(StoreReads, StoreUpkeep):
     """The store under ``root`` (``data_dir/<node>``)."""
 
     def __init__(
@@ -523,95 +480,6 @@ class MessageStore:
         if self._notify_dispatch and self.plugins is not None:
             self.plugins.records_dispatched(self.root, DispatchBatch.of_requests((req,)))
 
-    # ---------------------------------------------------------------- reading
-
-    def read_record(self, phys_offset: int) -> MessageRecord:
-        return self.commitlog.read_record(phys_offset)
-
-    async def read_bytes(self, phys_offset: int, size: int) -> bytes:
-        """Raw CommitLog bytes; large reads go through a worker thread so a cold page-in does
-        not stall the loop."""
-        if size < LARGE_READ_BYTES:
-            return self.commitlog.read(phys_offset, size)
-        seg = self.commitlog.segment_of(phys_offset)
-        if seg is None or phys_offset + size > self.commitlog.write_offset:
-            raise KeyError(phys_offset)
-        return await trio.to_thread.run_sync(seg.pread, phys_offset - seg.start, size)
-
-    def queue_entries(self, topic: str, queue_id: int, offset: int, count: int) -> list[tuple[int, CQEntry]]:
-        return list(self.iter_queue_entries(topic, queue_id, offset, count))
-
-    def iter_queue_entries(self, topic: str, queue_id: int, offset: int, count: int) -> Iterator[tuple[int, CQEntry]]:
-        """:meth:`queue_entries`, decoded as they are taken: for a reader that may stop early
-        (a filtered pull). Take them before the next await."""
-        self.dispatch_pending()
-        cq = self.queues.get(topic, queue_id)
-        return iter(()) if cq is None else cq.entries(offset, count)
-
-    def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        self.dispatch_pending()
-        cq = self.queues.get(topic, queue_id)
-        return 0 if cq is None else cq.max_offset
-
-    def min_queue_offset(self, topic: str, queue_id: int) -> int:
-        self.dispatch_pending()
-        cq = self.queues.get(topic, queue_id)
-        return 0 if cq is None else cq.min_offset
-
-    def _store_time_at(self, topic: str, queue_id: int, index: int) -> int | None:
-        entries = self.queue_entries(topic, queue_id, index, 1)
-        if not entries or entries[0][0] != index:
-            return None
-        try:
-            return self.commitlog.read_record(entries[0][1].phys_offset).store_timestamp
-        except (KeyError, RecordError):
-            return None
-
-    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The first queue offset stored at or after ``timestamp_ms`` (the max offset when
-        every record is older), by binary search over the queue."""
-        self.dispatch_pending()
-        cq = self.queues.get(topic, queue_id)
-        if cq is None:
-            return 0
-        lo, hi = cq.min_offset, cq.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            stamp = self._store_time_at(topic, queue_id, mid)
-            if stamp is not None and stamp < timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
-        return self._store_time_at(topic, queue_id, self.min_queue_offset(topic, queue_id))
-
-    def query_by_key(self, topic: str, key: str, limit: int = 32, begin_ts: int = 0,
-                     end_ts: int = 2**62) -> list[MessageRecord]:
-        """Records of ``topic`` whose KEYS or UNIQ_KEY is ``key``, newest first."""
-        self.dispatch_pending()
-        out: list[MessageRecord] = []
-        for phys in self.index.lookup(topic, key, limit * 2, begin_ts, end_ts):
-            if phys < self.commitlog.min_offset:
-                continue
-            try:
-                rec = self.commitlog.read_record(phys)
-            except (KeyError, RecordError):
-                continue  # stale entry (cut tail) or hash collision with garbage
-            if rec.topic == topic and (key in rec.keys or rec.uniq_key == key):
-                out.append(rec)
-            if len(out) >= limit:
-                break
-        return out
-
-    def copies_since(self, topic: str, uniq_key: str, since_ms: int, limit: int = 8) -> list[MessageRecord]:
-        """Records of ``topic`` with this UNIQ_KEY stored at or after ``since_ms``: how the
-        schedule and transaction services tell whether a crash lost the note of a put they made."""
-        # the index keeps times to the second: look a second early, then compare exactly
-        copies = self.query_by_key(topic, uniq_key, limit=limit, begin_ts=since_ms - 1000)
-        return [c for c in copies if c.store_timestamp >= since_ms]
-
     # ---------------------------------------------------------------- background work
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -636,7 +504,7 @@ class MessageStore:
         try:
             if target > self.commitlog.flushed_offset:
                 segments = self.commitlog.segments_between(self.commitlog.flushed_offset, target)
-                await trio.to_thread.run_sync(_sync_all, segments)
+                await trio.to_thread.run_sync(sync_all, segments)
                 self.commitlog.flushed_offset = max(self.commitlog.flushed_offset, target)
                 self.stats.flushes += 1
         finally:
@@ -663,97 +531,6 @@ class MessageStore:
                 self._flush_failed = True
                 self._refusal = f"flushing the CommitLog failed ({exc}); writes refused"
                 await trio.sleep(interval)
-
-    async def checkpoint(self) -> None:
-        """Flush the queues and the index, then record how far everything is durable."""
-        self.dispatch_pending()
-        dispatched = self.reput_offset
-        files = self.queues.dirty_files() + self.index.dirty_files()
-        await trio.to_thread.run_sync(_sync_all, files)
-        point = Checkpoint(
-            physic_msg_timestamp=self._last_store_ts,
-            logics_msg_timestamp=self._last_dispatch_ts,
-            index_msg_timestamp=self._last_dispatch_ts,
-            commitlog_flushed_offset=self.commitlog.flushed_offset,
-            dispatched_offset=dispatched,
-        )
-        await trio.to_thread.run_sync(write_checkpoint, self.root / CHECKPOINT_FILE, point)
-        self.stats.checkpoints += 1
-
-    async def _checkpoint_loop(self) -> None:
-        while True:
-            await trio.sleep(self.config.checkpoint_interval_ms / 1000)
-            try:
-                await self.checkpoint()
-            except OSError as exc:  # the previous checkpoint stays valid; retry next period
-                log.error("store %s: checkpoint failed: %s", self.root, exc)
-
-    async def _maintenance_loop(self) -> None:
-        next_retention = trio.current_time()
-        while True:
-            self._update_disk_state()
-            if trio.current_time() >= next_retention:
-                await self.apply_retention()
-                next_retention = trio.current_time() + self.config.retention_check_interval_ms / 1000
-            await trio.sleep(self.config.disk_check_interval_ms / 1000)
-
-    def _update_disk_state(self) -> None:
-        ratio = disk_used_ratio(self.root)
-        limit = self.config.disk_max_used_ratio
-        if ratio > limit:
-            if self._disk_full is None:
-                log.error("disk %.1f%% used, above the %.1f%% limit: refusing writes", ratio * 100, limit * 100)
-            self._disk_full = (
-                f"disk {ratio:.1%} used, above the {limit:.1%} limit (store.disk_max_used_ratio): "
-                "writes refused, reads still served"
-            )
-        else:
-            self._disk_full = None
-        if self._open and not self._flush_failed:
-            self._refusal = self._read_only or self._disk_full
-
-    async def apply_retention(self, now: float | None = None) -> list[Path]:
-        """Delete (or archive, then delete) segments past the retention time; drop queue and
-        index files that only point below the new start of the log."""
-        retired: list[Path] = []
-        for seg in expired_segments(self.commitlog.files.files, self.commitlog.flushed_offset,
-                                    self.config.retention_hours, now):
-            archive = None
-            if self.config.archive:
-                try:
-                    archive = await trio.to_thread.run_sync(archive_segment, seg.path, self.archive_dir)
-                except OSError as exc:  # keep the segment until it can be archived
-                    log.error("store %s: archiving %s failed: %s", self.root, seg.path, exc)
-                    break
-            self.commitlog.files.drop_first()
-            retired.append(seg.path)
-            self.stats.retired_segments += 1
-            log.info("retired segment %s%s", seg.path, f" (archived to {archive})" if archive else "")
-            if self.plugins is not None:
-                self.plugins.segment_retired(seg.path, archive)
-        if retired:
-            low = self.commitlog.min_offset
-            self.queues.delete_below(low)
-            self.index.delete_below(low)
-            self.reput_offset = max(self.reput_offset, low)
-        return retired
-
-    async def _prefault_loop(self) -> None:
-        window = self.config.prefault_window_bytes
-        while True:
-            await self._prefault_wanted.wait()
-            self._prefault_wanted = trio.Event()
-            seg = self.commitlog.segment_of(self.commitlog.write_offset)
-            if seg is None:
-                continue
-            lo = max(self.commitlog.write_offset, self._populated_until, seg.start)
-            hi = min(self.commitlog.write_offset + window, seg.end)
-            if hi > lo:
-                ok = await trio.to_thread.run_sync(seg.populate, lo - seg.start, hi - lo)
-                if not ok:
-                    log.info("page pre-faulting unsupported here; appends take their own faults")
-                    return
-            self._populated_until = hi if hi < seg.end else seg.end
 
     # ---------------------------------------------------------------- closing
 
@@ -835,12 +612,6 @@ class RecordDispatch:
         if self.fields and store.plugins is not None:
             store.plugins.records_dispatched(store.root, DispatchBatch.of_fields(self.fields))
         return self.count
-
-
-def _sync_all(files: list[MappedFile]) -> None:
-    for mf in files:
-        if not mf.closed:
-            mf.sync()
 
 
 @contextlib.asynccontextmanager

@@ -39,11 +39,9 @@ from core.store.message_store import (
     RAFT_BASE_FILE,
     RAFT_STATE_DIR,
     MessageStore,
-    PutResult,
-    RecoveryReport,
-    StoreHooks,
     now_ms,
 )
+from core.store.store_types import PutResult, RecoveryReport, StoreHooks
 from formats import dledger
 from formats.properties import index_keys
 from formats.record import MessageRecord, prepare_record, write_record

@@ -8,7 +8,8 @@ import trio
 from core.errors import DiskFullError, MessageTooLargeError, StoreClosedError
 from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
-from core.store.message_store import LARGE_READ_BYTES, MessageStore, open_message_store
+from core.store.message_store import MessageStore, open_message_store
+from core.store.store_reads import LARGE_READ_BYTES
 from formats.consume_queue import CQ_ENTRY_SIZE
 from formats.record import MessageRecord, decode_records
 from formats.segments import RecordAt, scan_log

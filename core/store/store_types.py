@@ -1,0 +1,51 @@
+"""What a store hands back and what it calls: where a put went, what recovery found, its
+statistics, and the plugin hooks it invokes (the plugin host satisfies :class:`StoreHooks`;
+the store does not import it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+from core.store.commitlog import LogRecovery
+from core.store.dispatch import DispatchRequest
+
+
+class PutResult(NamedTuple):
+    """Where a record went. ``flushed`` is False when a sync-flush wait timed out (the record
+    is stored all the same: RocketMQ's FLUSH_DISK_TIMEOUT)."""
+
+    phys_offset: int
+    queue_offset: int
+    size: int
+    store_timestamp: int
+    flushed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    clean_shutdown: bool
+    log: LogRecovery
+    redispatched: int
+
+
+@dataclass(slots=True)
+class StoreStatistics:
+    appended: int = 0
+    flushes: int = 0
+    checkpoints: int = 0
+    retired_segments: int = 0
+    refused_disk_full: int = 0
+
+
+class StoreHooks(Protocol):
+    """The plugin hooks a store calls (the plugin host is one): after records are dispatched,
+    and when a segment is retired."""
+
+    def listens_to_dispatch(self) -> bool: ...
+
+    def records_dispatched(self, store_dir: Path, requests: Sequence[DispatchRequest]) -> None: ...
+
+    def segment_retired(self, segment: Path, archive: Path | None) -> None: ...
