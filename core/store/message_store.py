@@ -1,6 +1,10 @@
 """The message store of one node: CommitLog, ConsumeQueues, key index, checkpoint, recovery,
 flushing, retention, driven by trio.
 
+Its parts: writing and recovery here; reads in :mod:`store_reads`, flushing in
+:mod:`group_commit`, a log grown from a master or a raft leader in :mod:`replica_log`, and
+checkpoints, retention and pre-faulting in :mod:`store_upkeep` (mixins of :class:`MessageStore`).
+
 Appends run on the event loop and stay cheap (an encode and a copy into a mapped segment).
 Everything that blocks (fdatasync, page pre-faulting, archiving, checkpoint writes) runs in worker
 threads. Under sync flush, :meth:`MessageStore.put_durable` waits for a group commit: one
@@ -14,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import struct
 import time
 from collections.abc import AsyncIterator, Iterator
 from itertools import repeat
@@ -36,33 +38,29 @@ from core.nursery import open_unwrapped_nursery
 from core.store.checkpoint import read_checkpoint
 from core.store.commitlog import CommitLog
 from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from core.store.dispatch import Appended, DispatchBatch, DispatchFields, DispatchRequest, record_tags_code
+from core.store.dispatch import Appended, DispatchBatch, DispatchRequest, record_tags_code
+from core.store.group_commit import GroupCommit
 from core.store.key_index import KeyIndex, key_hash
+from core.store.replica_log import ReplicaLog
 from core.store.store_reads import StoreReads
 from core.store.store_types import PutResult, RecoveryReport, StoreHooks, StoreStatistics
-from core.store.store_upkeep import CHECKPOINT_FILE, StoreUpkeep, sync_all
+from core.store.store_upkeep import CHECKPOINT_FILE, StoreUpkeep
 from core.topic_names import SCHEDULE_TOPIC
-from formats.buffers import ReadableBytes
 from formats.errors import RecordError
 from formats.properties import TAGS as TAGS_PROPERTY
 from formats.properties import index_keys
 from formats.record import (
-    BLANK_MAGIC,
-    BLANK_SIZE,
     MessageRecord,
-    decode_dispatch_fields,
     decode_record,
     is_blank,
     prepare_record,
 )
 from formats.sysflag import TRANSACTION_PREPARED as TRANSACTION_HALF_BIT
-from formats.sysflag import is_dispatched
 from formats.tags import tags_code
 
 log = logging.getLogger(__name__)
 
 DISPATCH_BATCH_MAX = 1024
-_SIZE_AND_MAGIC = struct.Struct(">ii")  # a record's (or BLANK's) first two fields
 ABORT_FILE = "abort"
 # A store that ran as a raft member keeps its raft state here (replication.dledger.store).
 RAFT_STATE_DIR = "dledger"
@@ -82,7 +80,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class MessageStore(StoreReads, StoreUpkeep):
+class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
     """The store under ``root`` (``data_dir/<node>``)."""
 
     def __init__(
@@ -310,84 +308,6 @@ class MessageStore(StoreReads, StoreUpkeep):
             raise DiskFullError(self._refusal)
         raise StoreError(self._refusal or "writes refused")
 
-    # ---------------------------------------------------------------- replicas
-
-    def set_read_only(self, reason: str | None) -> None:
-        """Refuse (with ``reason``) or allow local writes: a replica's log only grows by
-        :meth:`append_replicated`, so its bytes stay its master's."""
-        self._read_only = reason
-        if self._open and not self._flush_failed:
-            self._refusal = reason or self._disk_full
-
-    def append_replicated(self, offset: int, data: bytes) -> None:
-        """Append bytes a master's log holds at ``offset``; :meth:`dispatch_replicated` then
-        makes their records visible."""
-        if self._disk_full is not None:
-            raise DiskFullError(self._disk_full)
-        if not self._open:
-            raise StoreClosedError("the store is not open")
-        self.commitlog.append_replicated(offset, data)
-        self.reput_offset = max(self.reput_offset, self.commitlog.min_offset)  # a log that began mid-way
-        if self._populated_until - (offset + len(data)) < self._prefault_half_window:
-            self._prefault_wanted.set()  # as for a put: fault the pages ahead in a thread, not here
-
-    def dispatch_replicated(self) -> int:
-        """Dispatch every record that replicated bytes completed; returns how many. A chunk
-        may end inside a record: that one waits for the chunk holding its end.
-
-        A replica's hot loop: it reads the map a segment at a time, decodes only the fields
-        its queue and index entries need, and writes those entries as it goes (no pending list:
-        a replica puts nothing of its own)."""
-        self.dispatch_pending()
-        log_ = self.commitlog
-        log_end = log_.write_offset
-        reput = self.reput_offset
-        batch = self.dispatch_batch()
-        while reput < log_end:
-            seg = log_.segment_of(reput)
-            if seg is None:
-                break
-            view, base = seg.view, seg.start
-            limit = min(log_end, seg.end) - base
-            pos = reput - base
-            while limit - pos >= BLANK_SIZE:
-                total, magic = _SIZE_AND_MAGIC.unpack_from(view, pos)
-                if magic == BLANK_MAGIC:
-                    pos = seg.size  # the rest of the segment is padding
-                    break
-                if total > limit - pos:
-                    break  # the rest of this record comes with the next chunk
-                batch.add(view, pos, total, base + pos)
-                pos += total
-            if base + pos == reput:
-                break
-            reput = base + pos
-        self.reput_offset = reput
-        return batch.finish()
-
-    def dispatch_batch(self) -> RecordDispatch:
-        """A batch for dispatching records found in the log (a replica's or a raft log's):
-        :meth:`RecordDispatch.add` each, then :meth:`RecordDispatch.finish`."""
-        return RecordDispatch(self)
-
-    def truncate_replica(self, end: int) -> int:
-        """Cut a replica's log (and the queue entries pointing into the cut) at ``end``, where
-        it stops agreeing with its master; returns the bytes cut. Stale key-index entries stay:
-        lookups check every record they find."""
-        self.dispatch_pending()
-        cut = self.commitlog.truncate(end)
-        for cq in self.queues.queues.values():
-            cq.truncate(end)
-        self.reput_offset = min(self.reput_offset, end)
-        return cut
-
-    async def wait_log_beyond(self, offset: int) -> None:
-        """Return once the CommitLog extends past ``offset``."""
-        while self.commitlog.write_offset <= offset:
-            if self._log_grew.is_set():
-                self._log_grew = trio.Event()
-            await self._log_grew.wait()
-
     def dispatch_pending(self) -> int:
         """Write the queue and index entries of every record put but not yet dispatched."""
         pending = self._pending
@@ -417,56 +337,6 @@ class MessageStore(StoreReads, StoreUpkeep):
             self._dispatch_wanted = trio.Event()
             self.dispatch_pending()
 
-    async def put_durable(self, rec: MessageRecord) -> PutResult:
-        """:meth:`put`, then under sync flush wait for the group commit that covers it."""
-        result = self.put(rec)
-        if self.config.flush != "sync":
-            return result
-        flushed = await self.wait_flushed(result.phys_offset + result.size,
-                                          self.config.sync_flush_timeout_ms / 1000)
-        if flushed:
-            return result
-        return PutResult(result.phys_offset, result.queue_offset, result.size,
-                         result.store_timestamp, flushed=False)
-
-    async def wait_flushed(self, offset: int, timeout_s: float = math.inf) -> bool:
-        """Wait until the CommitLog is durable up to ``offset``; False on timeout.
-
-        Waiters share one event per flush round (no per-waiter cancel scope: that alone cost a
-        quarter of a sync append); a watchdog wakes them when a flush stalls, so each checks
-        its own deadline.
-        """
-        log_ = self.commitlog
-        if log_.flushed_offset >= offset:
-            return True
-        deadline = trio.current_time() + timeout_s
-        while self._flush_waiters >= self.config.sync_flush_waiters_max:
-            await self._next_round_done.wait()  # bounded: wait for a round to drain
-            if trio.current_time() >= deadline:
-                return False
-        self._flush_waiters += 1
-        try:
-            while log_.flushed_offset < offset and self._open:
-                self._flush_wanted.set()
-                await self._next_round_done.wait()
-                if trio.current_time() >= deadline:
-                    break
-        finally:
-            self._flush_waiters -= 1
-        return log_.flushed_offset >= offset
-
-    async def _flush_watchdog(self) -> None:
-        """Wake flush waiters now and then while a flush is stalled, so timeouts fire."""
-        period = self.config.sync_flush_timeout_ms / 1000 / 4
-        while True:
-            await trio.sleep(period)
-            started = self._round_started
-            if self._flush_waiters and started is not None and trio.current_time() - started >= period:
-                if self._round_in_flight is not None:
-                    self._round_in_flight.set()
-                stale, self._next_round_done = self._next_round_done, trio.Event()
-                stale.set()
-
     def _dispatch(self, req: DispatchRequest) -> None:
         """Dispatch one record found by scanning the log (recovery and catch-up)."""
         if req.to_consume_queue and (cq := self.queues.get_or_create_for_log(req.topic, req.queue_id)):
@@ -495,43 +365,6 @@ class MessageStore(StoreReads, StoreUpkeep):
                 nursery.start_soon(self._prefault_loop)
             task_status.started()
 
-    async def flush(self) -> None:
-        """Make every appended CommitLog byte durable."""
-        done, self._next_round_done = self._next_round_done, trio.Event()
-        self._round_in_flight = done
-        self._round_started = trio.current_time()
-        target = self.commitlog.write_offset
-        try:
-            if target > self.commitlog.flushed_offset:
-                segments = self.commitlog.segments_between(self.commitlog.flushed_offset, target)
-                await trio.to_thread.run_sync(sync_all, segments)
-                self.commitlog.flushed_offset = max(self.commitlog.flushed_offset, target)
-                self.stats.flushes += 1
-        finally:
-            self._round_in_flight = None
-            self._round_started = None
-            done.set()
-
-    async def _flush_loop(self) -> None:
-        interval = self.config.flush_interval_ms / 1000
-        while True:
-            if self.config.flush == "sync":
-                await self._flush_wanted.wait()
-                self._flush_wanted = trio.Event()
-            else:
-                with trio.move_on_after(interval):
-                    await self._flush_wanted.wait()
-                self._flush_wanted = trio.Event()
-            try:
-                await self.flush()
-            except OSError as exc:
-                # After a failed fsync the kernel may have dropped the dirty pages: nothing
-                # written since can be promised durable. Refuse writes; waiters time out.
-                log.critical("store %s: flush failed, refusing writes: %s", self.root, exc)
-                self._flush_failed = True
-                self._refusal = f"flushing the CommitLog failed ({exc}); writes refused"
-                await trio.sleep(interval)
-
     # ---------------------------------------------------------------- closing
 
     async def close(self) -> None:
@@ -558,60 +391,6 @@ class MessageStore(StoreReads, StoreUpkeep):
         self.commitlog.close()
         self.queues.close()
         self.index.close()
-
-
-class RecordDispatch:
-    """Queue and index entries for records found in the log, written as they are added (a
-    replica's hot loop: only the fields its entries need are decoded, no MessageRecord)."""
-
-    __slots__ = ("_delay_levels", "_index_on", "_queues", "count", "fields", "index_entries", "stamp", "store")
-
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
-        self.count = 0
-        self.stamp = 0
-        self.index_entries: list[tuple[int, int, int]] = []
-        self.fields: list[DispatchFields] | None = [] if store._notify_dispatch else None
-        self._queues = store.queues.queues
-        self._index_on = store._index_enabled
-        self._delay_levels = store._delay_levels_ms
-
-    def add(self, view: ReadableBytes, pos: int, total: int, phys: int) -> None:
-        """The ``total``-byte record at ``pos`` of ``view``, which lies at ``phys`` in the log."""
-        total, topic, queue_id, queue_offset, sysflag, stamp, props = decode_dispatch_fields(view, pos, pos + total)
-        self._add(topic, queue_id, queue_offset, sysflag, stamp, props, phys, total,
-                  index_keys(props) if self._index_on else None)
-
-    def add_put(self, put: Appended) -> None:
-        """A record this store put itself, known without reading it back (a raft leader's)."""
-        rec, _cq, phys, size, queue_offset, stamp, keys = put
-        self._add(rec.topic, rec.queue_id, queue_offset, rec.sysflag, stamp, rec.properties, phys, size, keys)
-
-    def _add(self, topic: str, queue_id: int, queue_offset: int, sysflag: int, stamp: int, props: dict[str, str],
-             phys: int, total: int, keys: list[str] | None) -> None:
-        tags = record_tags_code(topic, props, stamp, self._delay_levels)
-        if is_dispatched(sysflag):
-            cq = self._queues.get((topic, queue_id)) or self.store.queues.get_or_create_for_log(topic, queue_id)
-            if cq is not None:
-                cq.put_entry(queue_offset, phys, total, tags)
-        if keys:
-            self.index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
-        if self.fields is not None:
-            self.fields.append((topic, queue_id, queue_offset, phys, total, tags, stamp, sysflag, props))
-        self.count += 1
-        self.stamp = stamp
-
-    def finish(self) -> int:
-        """Write the index entries, tell the listeners; returns how many records."""
-        store = self.store
-        if self.index_entries:
-            store.index.ensure_room(1)
-            store.index.put_many(self.index_entries)
-        if self.count:
-            store._last_store_ts = store._last_dispatch_ts = self.stamp
-        if self.fields and store.plugins is not None:
-            store.plugins.records_dispatched(store.root, DispatchBatch.of_fields(self.fields))
-        return self.count
 
 
 @contextlib.asynccontextmanager
