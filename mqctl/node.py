@@ -22,7 +22,7 @@ from core.errors import CoreError
 from core.namesrv.server import serve_nameserver
 from core.remoting.client import connect_from, split_address
 from core.remoting.signing import acl_credentials, use_credentials
-from mqctl.port_holders import listener_of, port_is_free
+from mqctl.port_holders import held_port
 from plugins import plugin_host
 
 log = logging.getLogger("mqctl.node")
@@ -99,12 +99,8 @@ def _held_port(config: Config, name: str) -> str:
     node = config.nameserver(name) or config.broker_node(name)
     if node is None:
         return "address already in use"
-    host, port = split_address(node.listen)
-    for taken in ([port, port + 1] if config.broker_node(name) is not None else [port]):
-        if taken and not port_is_free(host, taken):
-            holder = listener_of(host, taken)
-            return f"{host}:{taken} is held by {holder.shown() if holder else 'another socket'}"
-    return f"{node.listen}: address already in use"
+    held = held_port(node.listen, broker=config.broker_node(name) is not None)
+    return held or f"{node.listen}: address already in use"
 
 
 def _address_in_use(exc: BaseException) -> OSError | None:

@@ -20,7 +20,7 @@ from mqctl.errors import CliError
 from mqctl.leader_cmd import group_infos, leader_of
 from mqctl.options import JsonOutput
 from mqctl.output import print_rows
-from mqctl.port_holders import listener_of, port_is_free
+from mqctl.port_holders import held_port, listener_of
 from mqctl.processes import (
     START_TIMEOUT_S,
     STOP_TIMEOUT_S,
@@ -117,14 +117,9 @@ def check_ports_free(specs: list[NodeSpec]) -> None:
     """Every port the nodes will listen on (a broker's HA port is its port + 1) is free; else
     one error naming the node, the port and, where it can be seen, the process holding it."""
     for spec in specs:
-        host, port = split_address(spec.listen)
-        if port == 0:  # the node picks a free port itself
-            continue
-        for taken in ([port, port + 1] if spec.kind == "broker" else [port]):
-            if not port_is_free(host, taken):
-                holder = listener_of(host, taken)
-                raise CliError(f"{spec.name} cannot start: {host}:{taken} is held by "
-                               f"{holder.shown() if holder else 'another socket'}")
+        held = held_port(spec.listen, broker=spec.kind == "broker")
+        if held is not None:
+            raise CliError(f"{spec.name} cannot start: {held}")
 
 
 def _wait_raft_leaders(config: Config, deadline: float) -> None:

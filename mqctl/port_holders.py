@@ -15,6 +15,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.remoting.client import split_address
+
 LISTEN_STATE = "0A"
 PROC = Path("/proc")
 
@@ -28,6 +30,18 @@ class Holder:
         if self.pid is None:
             return "another process (not visible to this user)"
         return f"pid {self.pid} ({self.command[:160]})" if self.command else f"pid {self.pid}"
+
+
+def held_port(listen: str, *, broker: bool) -> str | None:
+    """The first port a node listening on ``listen`` needs (a broker's HA port is its port + 1)
+    that another process holds, as "host:port is held by ..."; None when all are free (or the
+    node picks its port itself, port 0)."""
+    host, port = split_address(listen)
+    for taken in ([port, port + 1] if broker else [port]) if port else []:
+        if not port_is_free(host, taken):
+            holder = listener_of(host, taken)
+            return f"{host}:{taken} is held by {holder.shown() if holder else 'another socket'}"
+    return None
 
 
 def port_is_free(host: str, port: int) -> bool:
