@@ -75,7 +75,7 @@ class Broker:
         self.transactions = TransactionService(store, root / "config", self.settings, self.store_host,
                                                self.producer_connections, self.schedule.hold_if_delayed)
         self.acl = AclFile(config.acl_file) if config.acl.enabled else None
-        self._handlers = handlers
+        self._handlers = dict(handlers)  # a plain dict: looked up on every request
 
     def bind(self, port: int) -> None:
         """Set the address clients and records use (after the listener picked its port)."""
