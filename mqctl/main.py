@@ -1,4 +1,11 @@
-"""The ``mqctl`` command: one sub-app per noun, composed here."""
+"""The ``mqctl`` command, composed here from its sub-packages.
+
+Where a command lives: node lifecycle (start, stop, restart, status) in ``nodes/commands.py``;
+each admin noun or verb in ``admin/<name>.py`` (topic, cluster, consumer, message, config,
+leader, send, tail); ``bench``, ``chaos``, ``analyze`` and ``dump`` in ``<name>/commands.py``.
+Helpers every command shares are in ``common/``. A sub-package imports ``common`` and the ones
+below it in this order: common <- nodes <- admin <- analyze, dump <- bench, chaos.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +17,21 @@ from typing import Annotated
 import typer
 
 from core.errors import CoreError
-from mqctl import client_cmds, nodes_cmd
-from mqctl.analyze_cmd import analyze
-from mqctl.bench import bench_app
-from mqctl.chaos_cmd import chaos
-from mqctl.config_cmd import config_app
-from mqctl.consumer_cmd import consumer_app
-from mqctl.dump import dump
-from mqctl.errors import CliError
-from mqctl.leader_cmd import leader_app
-from mqctl.message_cmd import message_app
-from mqctl.root_options import give_every_command_root_options
-from mqctl.topic_cmd import cluster_app, topic_app
+from mqctl.admin.cluster import cluster_app
+from mqctl.admin.config import config_app
+from mqctl.admin.consumer import consumer_app
+from mqctl.admin.leader import leader_app
+from mqctl.admin.message import message_app
+from mqctl.admin.send import send
+from mqctl.admin.tail import tail
+from mqctl.admin.topic import topic_app
+from mqctl.analyze.commands import analyze
+from mqctl.bench.commands import bench_app
+from mqctl.chaos.commands import chaos
+from mqctl.common.errors import CliError
+from mqctl.common.root_options import give_every_command_root_options
+from mqctl.dump.commands import dump
+from mqctl.nodes import commands as nodes
 
 DEFAULT_CONFIG = Path("conf.toml")
 
@@ -31,12 +41,12 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-app.command("start")(nodes_cmd.start)
-app.command("stop")(nodes_cmd.stop_cmd)
-app.command("restart")(nodes_cmd.restart)
-app.command("status")(nodes_cmd.status)
-app.command("send")(client_cmds.send)
-app.command("tail")(client_cmds.tail)
+app.command("start")(nodes.start)
+app.command("stop")(nodes.stop_cmd)
+app.command("restart")(nodes.restart)
+app.command("status")(nodes.status)
+app.command("send")(send)
+app.command("tail")(tail)
 app.add_typer(topic_app, name="topic")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(consumer_app, name="consumer")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from core.config import StoreConfig
-from mqctl.bench_clusters import free_port
+from mqctl.nodes.port_holders import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -45,7 +45,7 @@ def test_a_short_drill_keeps_the_modes_promises_and_measures_recovery(mode, seed
                  "--dir", str(tmp_path / "drill"), env=dict(subprocess_env, HOME=str(tmp_path)))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     drill = str(tmp_path / "drill")
-    left = subprocess.run(["pgrep", "-f", f"mqctl.node --config {drill}"], capture_output=True, text=True, check=False)
+    left = subprocess.run(["pgrep", "-f", f"mqctl.nodes.node --config {drill}"], capture_output=True, text=True, check=False)
     assert left.stdout == "", f"the drill left nodes running: {left.stdout}"
     assert drill not in Path("/proc/mounts").read_text(), "the drill left its disks mounted"
     report = json.loads(done.stdout)

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from mqctl.errors import CliError
-from mqctl.options import parse_time
+from mqctl.common.errors import CliError
+from mqctl.common.options import parse_time
 
 
 def rows(out):

@@ -16,7 +16,7 @@ from core.client.runtime import open_client
 from core.config import load_config
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
-from mqctl import probe
+from mqctl.common import probe
 from tests.conftest import Cluster, running_cluster
 
 TOPIC = "Drill"

@@ -35,14 +35,14 @@ def test_a_second_cluster_on_the_same_ports_fails_clearly_and_leaves_the_first_u
     assert started.returncode != 0
     ns_address = first["ns1"]["address"]
     assert f"ns1 cannot start: {ns_address} is held by pid {first['ns1']['pid']}" in started.stderr, started.stderr
-    assert "mqctl.node" in started.stderr and len(started.stderr.strip().splitlines()) == 1, started.stderr
+    assert "mqctl.nodes.node" in started.stderr and len(started.stderr.strip().splitlines()) == 1, started.stderr
     assert "started" not in started.stdout
     assert not any((other_dir / "data" / "run").glob("*.pid")), "the second cluster left a node behind"
     assert [r["alive"] for r in rows(second.mqctl("status", "--json"))] == [False, False]
 
     # a node of the second cluster started by hand dies on the taken port with one clear line,
     # and does not take the first cluster's broker out of the name server's routes
-    node = subprocess.run([sys.executable, "-m", "mqctl.node", "--config", str(second.config), "--node", "broker-a-0"],
+    node = subprocess.run([sys.executable, "-m", "mqctl.nodes.node", "--config", str(second.config), "--node", "broker-a-0"],
                           capture_output=True, text=True, env=cluster.env, timeout=60)
     assert node.returncode == 2
     assert f"cannot listen: {first['broker-a-0']['address']} is held by pid {first['broker-a-0']['pid']}" \

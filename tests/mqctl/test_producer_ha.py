@@ -19,8 +19,8 @@ from core.client.producer import Message, Producer, SendError, SendResult
 from core.client.runtime import ClientRuntime, open_client
 from core.client.selection import RoundRobinSelector
 from core.config import load_config
-from mqctl import processes
-from mqctl.bench_clusters import free_port
+from mqctl.nodes import processes
+from mqctl.nodes.port_holders import free_port
 from tests.conftest import Cluster, running_cluster
 
 TOPIC = "HaTopic"
@@ -46,7 +46,7 @@ class TwoGroups:
 def two_groups(tmp_path, subprocess_env) -> Iterator[TwoGroups]:
     """broker-a and broker-b (masters); clients reach broker-b through a fault proxy."""
     b, proxy_port = free_port(), free_port()
-    proxy = subprocess.Popen([sys.executable, "-m", "mqctl.fault_proxy", f"127.0.0.1:{proxy_port}", f"127.0.0.1:{b}"],
+    proxy = subprocess.Popen([sys.executable, "-m", "mqctl.chaos.fault_proxy", f"127.0.0.1:{proxy_port}", f"127.0.0.1:{b}"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env)
     assert proxy.stdout is not None and proxy.stdout.readline().startswith("listening")
     broker_b = f'[[brokers]]\nname = "broker-b"\nlisten = "127.0.0.1:{b}"\nadvertise = "127.0.0.1:{proxy_port}"\n'

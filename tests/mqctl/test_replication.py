@@ -13,7 +13,7 @@ import trio
 from core.client.pull import broker_address, committed_offset, pull
 from core.client.route import MessageQueue
 from core.client.runtime import open_client
-from mqctl import probe
+from mqctl.common import probe
 from tests.conftest import Cluster, running_cluster
 
 DEADLINE_S = 60.0

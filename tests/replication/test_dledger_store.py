@@ -17,7 +17,7 @@ from core.plugin_manager import PluginHost
 from core.store.message_store import MessageStore, open_message_store
 from formats.dledger import HEADER_SIZE
 from formats.record import MessageRecord, prepare_record, write_record
-from mqctl.bench_clusters import free_port  # a free port whose next one is free too (raft port)
+from mqctl.nodes.port_holders import free_port  # a free port whose next one is free too (raft port)
 from plugins import plugin_host
 from replication.dledger.raft_log import Entry
 from replication.dledger.seal import seal_group

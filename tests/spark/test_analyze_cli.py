@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from mqctl.bench_clusters import free_port
+from mqctl.nodes.port_holders import free_port
 from spark import jobs
 from tests.conftest import write_cluster_config
 from tests.spark import plain_reports as plain

@@ -1,4 +1,4 @@
-"""mqctl.analyze_output: report tables as JSON lines, CSV and Parquet files, and the charts."""
+"""mqctl.analyze.output: report tables as JSON lines, CSV and Parquet files, and the charts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from mqctl.analyze_output import write_charts, write_table
+from mqctl.analyze.output import write_charts, write_table
 
 COLUMNS = ["topic", "messages", "p99_ms", "keys", "first_differing"]
 ROWS = [

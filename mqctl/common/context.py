@@ -1,0 +1,35 @@
+"""What every command needs from the root options: the loaded config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from core.config import Config, load_config
+from core.errors import ConfigError
+from core.remoting.signing import acl_credentials, use_credentials
+from mqctl.common.errors import CliError
+
+
+def config_path(ctx: typer.Context) -> Path:
+    obj = ctx.find_root().obj or {}
+    path: Path = obj.get("config", Path("conf.toml"))
+    return path
+
+
+def load(ctx: typer.Context) -> Config:
+    """The config; its ``[acl]`` keys (if any) sign every request this command sends."""
+    try:
+        config = load_config(config_path(ctx))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    use_credentials(acl_credentials(config))
+    return config
+
+
+def namesrv_addresses(config: Config) -> list[str]:
+    """The name servers clients of this cluster ask; a clear error when the file lists none."""
+    if not config.nameservers:
+        raise CliError(f"{config.source} lists no name servers")
+    return config.namesrv_addresses

@@ -1,0 +1,28 @@
+"""Option aliases and value parsers shared by the CLI's commands."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+import typer
+
+from mqctl.common.errors import CliError
+
+JsonOutput = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line).")]
+LatencyFault = Annotated[bool, typer.Option("--latency-fault/--no-latency-fault",
+                                            help="Leave slow or failing brokers out for a while "
+                                                 "(RocketMQ's sendLatencyFaultEnable).")]
+
+
+def parse_time(text: str, option: str) -> int:
+    """Epoch milliseconds from ``text``: an integer (ms) or an ISO-8601 date-time (local time
+    unless it names a zone)."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"{option} takes epoch milliseconds or an ISO-8601 date-time like 2024-05-01T12:30:00, "
+                       f"not {text!r}") from None
+    return int(moment.timestamp() * 1000)  # timestamp() takes a naive time as local

@@ -1,0 +1,145 @@
+"""Who holds a TCP port on this host: ``mqctl start`` checks a node's ports are free before it
+starts anything, and that the process answering on a port is the one it started. Test and
+bench clusters take their ports from ``free_port``.
+
+Linux's ``/proc/net/tcp`` (and ``tcp6``) list listening sockets with their inode; the holder is
+the process with that socket among its ``/proc/<pid>/fd`` links. A holder this user may not
+look at is reported without a pid.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.remoting.client import split_address
+
+LISTEN_STATE = "0A"
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    pid: int | None
+    command: str  # its command line, or "" when unknown
+
+    def shown(self) -> str:
+        if self.pid is None:
+            return "another process (not visible to this user)"
+        return f"pid {self.pid} ({self.command[:160]})" if self.command else f"pid {self.pid}"
+
+
+def held_port(listen: str, *, broker: bool) -> str | None:
+    """The first port a node listening on ``listen`` needs (a broker's HA port is its port + 1)
+    that another process holds, as "host:port is held by ..."; None when all are free (or the
+    node picks its port itself, port 0)."""
+    host, port = split_address(listen)
+    for taken in ([port, port + 1] if broker else [port]) if port else []:
+        if not port_is_free(host, taken):
+            holder = listener_of(host, taken)
+            return f"{host}:{taken} is held by {holder.shown() if holder else 'another socket'}"
+    return None
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` now (as the nodes bind: SO_REUSEADDR)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def listener_of(host: str, port: int) -> Holder | None:
+    """The process listening on ``host:port`` (or on every address at ``port``), if any."""
+    inodes = _listening_inodes(host, port)
+    if not inodes:
+        return None
+    sockets = {f"socket:[{inode}]" for inode in inodes}
+    for pid_dir in PROC.iterdir():
+        if pid_dir.name.isdigit() and sockets & _fd_links(pid_dir):
+            return Holder(int(pid_dir.name), _command(pid_dir))
+    return Holder(None, "")
+
+
+def _fd_links(pid_dir: Path) -> set[str]:
+    try:
+        fds = list((pid_dir / "fd").iterdir())
+    except (FileNotFoundError, PermissionError, ProcessLookupError, NotADirectoryError):
+        return set()
+    links = set()
+    for fd in fds:
+        try:
+            links.add(os.readlink(fd))
+        except OSError:  # closed meanwhile
+            continue
+    return links
+
+
+def _listening_inodes(host: str, port: int) -> set[str]:
+    wanted = ipaddress.ip_address(host) if host not in ("", "localhost") else ipaddress.ip_address("127.0.0.1")
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (PROC / "net" / table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != LISTEN_STATE:
+                continue
+            address, _, hex_port = fields[1].partition(":")
+            if int(hex_port, 16) != port:
+                continue
+            local = _proc_address(address)
+            if local == wanted or local.is_unspecified:
+                inodes.add(fields[9])
+    return inodes
+
+
+def _proc_address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """A /proc/net/tcp address: 32-bit words in host (little-endian) order."""
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    address = ipaddress.ip_address(words)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _command(pid_dir: Path) -> str:
+    try:
+        return pid_dir.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except (FileNotFoundError, PermissionError, ProcessLookupError):
+        return ""
+
+
+_HANDED_OUT: set[int] = set()  # ports this process gave out: a config's nodes never share one
+
+
+def free_port() -> int:
+    """A loopback port free for this and the next one (a broker's HA port is its port + 1),
+    neither of them given out by an earlier call: the kernel may hand the same free port to two
+    calls in a row, and two nodes of one config would then collide."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if {port - 1, port, port + 1} & _HANDED_OUT:
+            continue
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        _HANDED_OUT.update((port, port + 1))
+        return port
