@@ -22,6 +22,7 @@ from core.broker.request_names import request_name_problem
 from core.broker.schedule import ScheduleService
 from core.broker.topics import TopicConfig, TopicTable
 from core.broker.transaction_service import TransactionService
+from core.broker.write_path import WritePath
 from core.config import MASTER_ID, BrokerNode, Config
 from core.errors import RemotingError
 from core.remoting.client import split_address
@@ -58,6 +59,7 @@ class Broker:
         self.replication_mode = config.replication.mode
         self.store = store
         self.replication = replication
+        self.writes = WritePath(store, replication)
         self.master_addr: str | None = None  # the group's master, as the name servers last said
         self.slave_sync_wanted = trio.Event()
         self.cold_read_lag_bytes = self.settings.cold_read_lag_bytes or default_cold_read_lag_bytes()

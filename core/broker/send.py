@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import random
 import struct
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from core.broker.headers import SendHeader
-from core.broker.replication import Replicated
 from core.broker.responses import response_code
-from core.broker.topics import RETRY_PREFIX
+from core.broker.schedule import ScheduleService
+from core.broker.topics import TopicTable
+from core.broker.transaction_service import TransactionService
 from core.broker.transactions import is_half
+from core.broker.write_path import WritePath
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -23,14 +25,24 @@ from formats.properties import CLUSTER, DELAY, TRAN_MSG, WAIT, decode_properties
 from formats.record import MessageRecord
 from formats.sysflag import COMPRESSED, COMPRESSION_TYPE_MASK, compression_type
 
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
-
 BATCH_DELAY_REFUSED = "delay levels are not supported for batched messages"  # as RocketMQ
 BATCH_TRANSACTION_REFUSED = "transactional messages cannot be batched"
 
 
-def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v2: bool,
+class SendingBroker(Protocol):
+    """What a send needs from its broker (``Broker`` is one)."""
+
+    cluster: str
+    store_host: tuple[str, int]
+    topics: TopicTable
+    transactions: TransactionService
+    schedule: ScheduleService
+    writes: WritePath
+
+    def topics_changed(self) -> None: ...
+
+
+def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connection, *, v2: bool,
                 batch: bool) -> Reply:
     try:
         header = SendHeader.of(request, v2=v2)
@@ -41,16 +53,10 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
     refusal = send_refusal(header.topic)
     if refusal:
         return request.reply(ResponseCode.NO_PERMISSION, refusal)
-    config = broker.topics.get(header.topic)
+    config, created = broker.topics.for_send(header.topic, header.default_topic, header.default_topic_queue_nums)
     if config is None:
-        if header.topic.startswith(RETRY_PREFIX):
-            config, _ = broker.topics.ensure(header.topic, 1)
-        elif broker.settings.auto_create_topic:
-            config = broker.topics.create_from_default(header.topic, header.default_topic,
-                                                       header.default_topic_queue_nums)
-        if config is None:
-            return request.reply(ResponseCode.TOPIC_NOT_EXIST,
-                                 f"topic[{header.topic}] not exist, apply first please!")
+        return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
+    if created:
         broker.topics_changed()
     if not config.writable:
         return request.reply(ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] sending is forbidden")
@@ -67,8 +73,7 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
     base_props[CLUSTER] = broker.cluster
     try:
         if batch or header.batch:
-            body, item_sysflag = _inflated_batch(request.body, header.sysflag,
-                                                 broker.store.config.message_size_bytes_max)
+            body, item_sysflag = _inflated_batch(request.body, header.sysflag, broker.writes.body_size_max)
             items = decode_batch(body)
             if not items:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
@@ -107,48 +112,30 @@ def handle_send(broker: Broker, request: RemotingCommand, conn: Connection, *, v
                     broker.topics_changed()
             else:
                 records = [broker.schedule.hold_if_delayed(rec)]
-        for rec in records:
-            if len(rec.body) > broker.store.config.message_size_bytes_max:
-                return request.reply(ResponseCode.MESSAGE_ILLEGAL,
-                                     f"the message body size over max value, MAX: "
-                                     f"{broker.store.config.message_size_bytes_max}")
-        results = broker.store.put_many(records) if len(records) > 1 else [broker.store.put(records[0])]
+        size_max = broker.writes.body_size_max
+        if any(len(rec.body) > size_max for rec in records):
+            return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")
+        results = broker.writes.put(records)
         if half is not None:
             broker.transactions.opened(half, results[0])
     except Exception as exc:  # store, format and size errors, mapped in one place
         code, remark = response_code(exc)
         return request.reply(code, remark)
-    if broker.store.config.flush == "sync" or broker.replication.waits_for_replicas:
+    if broker.writes.waits:
         return _after_waits(broker, request, queue_id, results)
     return _sent(broker, request, queue_id, results, ResponseCode.SUCCESS)
 
 
-LOST_LEADERSHIP_REMARK = ("the broker stopped leading its raft group before the message committed "
-                          "(it may still be stored): send again, to the new leader")
-_REPLICATED_CODES = {Replicated.OK: ResponseCode.SUCCESS, Replicated.TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                     Replicated.NO_REPLICA: ResponseCode.SLAVE_NOT_AVAILABLE,
-                     Replicated.LOST_LEADERSHIP: ResponseCode.SERVICE_NOT_AVAILABLE}
-
-
-async def _after_waits(broker: Broker, request: RemotingCommand, queue_id: int,
+async def _after_waits(broker: SendingBroker, request: RemotingCommand, queue_id: int,
                        results: list[PutResult]) -> RemotingCommand:
-    """Answer once the sync flush and the replicas (whichever apply) confirm the records.
-    Either way they are stored: a timeout code tells the producer only that they may be
-    less safe than asked, and a producer that resends them stores them twice."""
-    last = results[-1]
-    end = last.phys_offset + last.size
-    code = ResponseCode.SUCCESS
-    if broker.store.config.flush == "sync" and not await broker.store.wait_flushed(
-            end, broker.store.config.sync_flush_timeout_ms / 1000):
-        code = ResponseCode.FLUSH_DISK_TIMEOUT
-    if code == ResponseCode.SUCCESS and broker.replication.waits_for_replicas:
-        code = _REPLICATED_CODES[await broker.replication.wait_replicated(last.phys_offset, end)]
-        if code == ResponseCode.SERVICE_NOT_AVAILABLE:
-            return request.reply(code, LOST_LEADERSHIP_REMARK)
+    """Answer once the sync flush and the replicas (whichever apply) confirm the records."""
+    code, remark = await broker.writes.confirmed(results)
+    if remark is not None:
+        return request.reply(code, remark)
     return _sent(broker, request, queue_id, results, code)
 
 
-def _sent(broker: Broker, request: RemotingCommand, queue_id: int, results: list[PutResult],
+def _sent(broker: SendingBroker, request: RemotingCommand, queue_id: int, results: list[PutResult],
           code: int) -> RemotingCommand:
     host, port = broker.store_host
     if len(results) == 1:

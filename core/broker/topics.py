@@ -90,6 +90,7 @@ class TopicTable:
 
     def __init__(self, path: Path, *, auto_create: bool, default_queue_nums: int) -> None:
         self.path = path
+        self.auto_create = auto_create
         self.default_queue_nums = default_queue_nums
         self.topics: dict[str, TopicConfig] = {}
         self.version = {"counter": 0, "timestamp": int(time.time() * 1000)}
@@ -123,6 +124,20 @@ class TopicTable:
         config = TopicConfig(name, nums, nums, default.perm & ~PERM_INHERIT)
         self.put(config)
         return config
+
+    def for_send(self, name: str, default_topic: str, queue_nums: int) -> tuple[TopicConfig | None, bool]:
+        """The topic a send to ``name`` writes to, and whether the table changed: a retry topic
+        is created on first use, and with auto-create any topic inherits from ``default_topic``;
+        ``None`` when the topic does not exist and may not be created."""
+        existing = self.topics.get(name)
+        if existing is not None:
+            return existing, False
+        if name.startswith(RETRY_PREFIX):
+            return self.ensure(name, 1)
+        if self.auto_create:
+            created = self.create_from_default(name, default_topic, queue_nums)
+            return created, created is not None
+        return None, False
 
     def ensure(self, name: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE) -> tuple[TopicConfig, bool]:
         existing = self.topics.get(name)
