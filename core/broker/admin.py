@@ -54,8 +54,8 @@ def runtime_info(broker: Broker, request: RemotingCommand, conn: Connection) -> 
     store = broker.store
     table = {
         "brokerVersionDesc": "mqctl", "brokerName": broker.node.name, "brokerId": str(broker.replication.broker_id),
-        "brokerAddr": broker.address, "commitLogMinOffset": str(store.commitlog.min_offset),
-        "commitLogMaxOffset": str(store.commitlog.write_offset),
+        "brokerAddr": broker.address, "commitLogMinOffset": str(store.log_start),
+        "commitLogMaxOffset": str(store.log_end),
         "commitLogFlushedOffset": str(store.commitlog.flushed_offset),
         "putMessageTimesTotal": str(store.stats.appended), "topicCount": str(len(broker.topics.topics)),
         "consumerGroupCount": str(len(broker.clients.consumers)), "heldPulls": str(broker.hold.parked),

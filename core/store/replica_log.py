@@ -1,6 +1,8 @@
 """A log that grows from outside: a slave's bytes copied from its master, a raft member's
 entries, and the dispatch of the records they hold (RocketMQ's ReputMessageService for a log
-it did not write itself), plus cutting such a log where it stops agreeing with its source."""
+it did not write itself), plus cutting such a log where it stops agreeing with its source; and
+the log as replication reads it, by offset (``log_*``): a master streams it, a slave compares
+it. Replication uses these and never the CommitLog itself."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from core.errors import DiskFullError, StoreClosedError
+from core.errors import DiskFullError, StoreClosedError, StoreError
 from core.store.commitlog import CommitLog
 from core.store.consume_queue import ConsumeQueueTable
 from core.store.dispatch import Appended, DispatchBatch, DispatchFields, record_tags_code
@@ -50,6 +52,37 @@ class ReplicaLog:
 
     if TYPE_CHECKING:
         def dispatch_pending(self) -> int: ...
+
+    @property
+    def log_end(self) -> int:
+        """Where the log's next byte goes (the CommitLog's write offset)."""
+        return self.commitlog.write_offset
+
+    @property
+    def log_start(self) -> int:
+        """The log's first byte still on disk."""
+        return self.commitlog.min_offset
+
+    @property
+    def log_segment_size(self) -> int:
+        return self.commitlog.segment_size
+
+    def read_log(self, position: int, size_max: int) -> bytes:
+        """Up to ``size_max`` bytes from ``position``, stopping at the log's end and at the end
+        of the segment holding ``position`` (a StoreError when it is no longer in the log)."""
+        seg = self.commitlog.segment_of(position)
+        if seg is None:
+            raise StoreError(f"offset {position} is no longer in this log")
+        size = min(size_max, self.commitlog.write_offset - position, seg.end - position)
+        return seg.read(position - seg.start, size) if size > 0 else b""
+
+    def record_start_at_or_before(self, target: int) -> int:
+        """The start of the last complete record at or before ``target`` (or its segment's start)."""
+        return self.commitlog.record_start_at_or_before(target)
+
+    def first_difference(self, offset: int, data: bytes) -> int | None:
+        """Where ``data``, another log's bytes at ``offset``, first differs from this log."""
+        return self.commitlog.first_difference(offset, data)
 
     def set_read_only(self, reason: str | None) -> None:
         """Refuse (with ``reason``) or allow local writes: a replica's log only grows by

@@ -79,7 +79,7 @@ class HAClient:
         except (OSError, trio.TooSlowError) as exc:
             log.debug("cannot reach master HA %s: %s", address, exc)
             return False
-        session = ReplicaSession(self.store.commitlog, self._window)
+        session = ReplicaSession(self.store, self._window)
         sending = trio.StrictFIFOLock()  # the receive loop and the periodic report share the stream
         again = False
         try:

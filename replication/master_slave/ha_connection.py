@@ -10,6 +10,7 @@ from collections.abc import Callable
 import trio
 
 from core.config import ReplicationConfig
+from core.errors import StoreError
 from core.store.message_store import MessageStore
 from replication.errors import ProtocolError
 from replication.master_slave.acks import SlaveLink
@@ -51,7 +52,7 @@ class HAConnection:
             offset = parser.feed(data)
             if offset is None:
                 continue
-            end = self.store.commitlog.write_offset
+            end = self.store.log_end
             if offset > end:
                 # tell the slave where this log ends (a heartbeat), then drop it: RocketMQ
                 # drops such a slave; ours then looks further back for where the logs agree
@@ -67,26 +68,25 @@ class HAConnection:
 
     async def _transfer(self, first_report: trio.Event) -> None:
         await first_report.wait()
-        link, stream, log_ = self.link, self.stream, self.store.commitlog
+        link, stream, store = self.link, self.stream, self.store
         assert link.acked is not None
         position = self._start_offset(link.acked)
-        if position < log_.min_offset:
+        if position < store.log_start:
             log.error("slave %s asks for offset %d, but this log now starts at %d: wipe the slave's store "
-                      "to copy it afresh", link.peer, position, log_.min_offset)
-            await stream.send_all(encode_transfer_header(log_.min_offset, 0))
+                      "to copy it afresh", link.peer, position, store.log_start)
+            await stream.send_all(encode_transfer_header(store.log_start, 0))
             return
         log.info("streaming to slave %s from offset %d", link.peer, position)
         batch_max = self.settings.ha_transfer_batch_bytes
         heartbeat_s = self.settings.ha_heartbeat_interval_ms / 1000
         while True:
-            end = log_.write_offset
-            if position < end:
-                seg = log_.segment_of(position)
-                if seg is None:
-                    raise ProtocolError(f"offset {position} is no longer in this log")
-                size = min(batch_max, end - position, seg.end - position)
-                await stream.send_all(encode_transfer_header(position, size) + seg.read(position - seg.start, size))
-                position += size
+            if position < store.log_end:
+                try:
+                    data = store.read_log(position, batch_max)
+                except StoreError as exc:
+                    raise ProtocolError(str(exc)) from None
+                await stream.send_all(encode_transfer_header(position, len(data)) + data)
+                position += len(data)
                 continue
             with trio.move_on_after(heartbeat_s):
                 await self.store.wait_log_beyond(position)

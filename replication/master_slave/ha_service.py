@@ -26,7 +26,7 @@ class HAService:
         self.store = store
         self.settings = settings
         self.links: list[SlaveLink] = []
-        self.transfers = GroupTransferService(self.links, lambda: store.commitlog.write_offset,
+        self.transfers = GroupTransferService(self.links, lambda: store.log_end,
                                               fallbehind_max=settings.ha_slave_fallbehind_max,
                                               timeout_s=sync_timeout_s)
         self.timeline = WriteTimeline()
@@ -50,17 +50,17 @@ class HAService:
     def start_offset(self, requested: int) -> int:
         """Where a slave's stream begins: where it asked, or for an empty slave the start of
         the last segment (the whole log under ``full_sync``)."""
-        log_ = self.store.commitlog
+        store = self.store
         if requested > 0:
             return requested
         if self.settings.full_sync:
-            return log_.min_offset
-        end = log_.write_offset
-        return max(log_.min_offset, end - end % log_.segment_size)
+            return store.log_start
+        end = store.log_end
+        return max(store.log_start, end - end % store.log_segment_size)
 
     async def _note_growth(self) -> None:
         while True:
-            self.timeline.note(self.store.commitlog.write_offset, trio.current_time())
+            self.timeline.note(self.store.log_end, trio.current_time())
             await trio.sleep(self.timeline.sample_s)
 
     async def _serve_slave(self, stream: trio.SocketStream) -> None:
@@ -89,7 +89,7 @@ class HAService:
 
     def status(self) -> list[dict[str, object]]:
         """Per connected slave: its address, acked offset, lag in bytes and seconds."""
-        end = self.store.commitlog.write_offset
+        end = self.store.log_end
         now = trio.current_time()
         out: list[dict[str, object]] = []
         for link in self.links:

@@ -34,10 +34,10 @@ class LocalLog(Protocol):
     """The slave's CommitLog, as the session reads it."""
 
     @property
-    def write_offset(self) -> int: ...
+    def log_end(self) -> int: ...
 
     @property
-    def min_offset(self) -> int: ...
+    def log_start(self) -> int: ...
 
     def record_start_at_or_before(self, target: int) -> int: ...
 
@@ -78,10 +78,10 @@ class ReplicaSession:
     def __init__(self, log: LocalLog, window: int = VERIFY_WINDOW_BYTES) -> None:
         self.log = log
         self.window = window
-        end = log.write_offset
-        self.empty = end == 0 or end == log.min_offset
+        end = log.log_end
+        self.empty = end == 0 or end == log.log_start
         self.verify_end = end
-        self.start = 0 if self.empty else log.record_start_at_or_before(max(log.min_offset, end - window))
+        self.start = 0 if self.empty else log.record_start_at_or_before(max(log.log_start, end - window))
         self.position: int | None = None if self.empty else self.start  # next offset expected
         self.verifying = not self.empty and self.start < end
 
@@ -96,7 +96,7 @@ class ReplicaSession:
         if self.verifying:
             assert self.position is not None
             return self.position
-        return self.log.write_offset
+        return self.log.log_end
 
     def on_transfer(self, t: Transfer) -> list[Action]:
         if self.position is None:  # an empty slave: the master chose the start
@@ -149,7 +149,7 @@ class ReplicaSession:
         return [Truncate(cut), Append(cut, t.data[cut - t.offset :])]
 
     def _further_back(self, why: str) -> list[Action]:
-        if self.start <= self.log.min_offset:
+        if self.start <= self.log.log_start:
             return [Refuse(f"this slave's log shares no prefix with its master's ({why}, and the slave's "
-                           f"oldest record at {self.log.min_offset} is part of the fork)")]
+                           f"oldest record at {self.log.log_start} is part of the fork)")]
         return [GoBack(self.window * WINDOW_GROWTH)]
