@@ -58,6 +58,16 @@ def test_config_after_the_command_is_the_one_used_and_wins_over_the_root(tmp_pat
     assert before.returncode == 2 and "before.toml not found" in before.stderr
 
 
+
+def test_the_node_process_takes_the_same_spellings_and_its_old_module_name_still_works(tmp_path, subprocess_env):
+    missing = tmp_path / "missing.toml"
+    for module in ("mqctl.nodes.node", "mqctl.node"):  # the second: the old spelling, kept
+        for spelling in (["--config", str(missing), "-v"], ["-c", str(missing), "--verbose"]):
+            node = subprocess.run([sys.executable, "-m", module, "--node", "ns1", *spelling], capture_output=True,
+                                  text=True, timeout=60, cwd=tmp_path, env=subprocess_env, check=False)
+            assert node.returncode == 2, (module, spelling, node.stderr)
+            assert f"config file {missing} not found" in node.stderr and "Traceback" not in node.stderr
+
 def readme_commands() -> set[str]:
     """The commands README's "Commands" block lists (``topic create|list|route`` is three,
     ``config get KEY | set KEY VALUE`` two)."""
