@@ -268,6 +268,54 @@ class BrokerNode:
         return f"{self.name}-{self.id}"
 
 
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    """What every proxy of the file shares ([proxy])."""
+
+    # how long a write waits for a raft group to have a leader again (and a send that failed on
+    # a leader that died may be sent again to the new one); the C++ client gives up after 3 s
+    failover_wait_ms: int = 2500
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.failover_wait_ms <= 60_000:
+            raise ConfigError("proxy.failover_wait_ms must be between 0 and 60000")
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyNode:
+    """A proxy: a stateless front door for 4.x clients (RocketMQ 5's remoting proxy).
+
+    Clients use ``listen`` (or ``advertise``) as their name server. Each broker group gets a
+    door of its own on the ports that follow, in the order the groups first appear in the
+    config (group i: port + 1 + i); the routes the proxy answers name the doors, so a request
+    says by the port it arrives on which group it is for (the C++ client names no broker)."""
+
+    name: str
+    listen: str = "127.0.0.1:8080"
+    # the address clients are told, when it is not ``listen`` (doors follow its port too)
+    advertise: str = ""
+
+    def __post_init__(self) -> None:
+        for key, value in (("listen", self.listen), ("advertise", self.advertise)):
+            if key == "advertise" and not value:
+                continue
+            _check_listen("proxy", self.name, value, key)
+            if value.endswith(":0"):
+                raise ConfigError(f"proxy {self.name!r}: {key} needs a real port (its doors follow it), not {value!r}")
+
+    @property
+    def address(self) -> str:
+        """Where clients ask for routes (their name server address)."""
+        return self.advertise or self.listen
+
+    def doors(self, groups: list[str]) -> dict[str, tuple[str, str]]:
+        """Each broker group's door: (the address listened on, the address routes name)."""
+        def shifted(address: str, by: int) -> str:
+            host, _, port = address.rpartition(":")
+            return f"{host}:{int(port) + by}"
+        return {group: (shifted(self.listen, 1 + i), shifted(self.address, 1 + i)) for i, group in enumerate(groups)}
+
+
 # Field metadata of a secret: never printed (repr, mqctl config get/set, logs, errors).
 SECRET = MappingProxyType({"secret": True})
 ACL_KEY_LENGTH_MIN = 7  # RocketMQ: access and secret keys longer than 6 characters
@@ -307,8 +355,10 @@ class Config:
     namesrv: NameServerSettings = field(default_factory=NameServerSettings)
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     acl: AclConfig = field(default_factory=AclConfig)
+    proxy: ProxySettings = field(default_factory=ProxySettings)
     nameservers: tuple[NameServerNode, ...] = ()
     brokers: tuple[BrokerNode, ...] = ()
+    proxies: tuple[ProxyNode, ...] = ()
     source: Path | None = None
 
     @property
@@ -316,7 +366,30 @@ class Config:
         return [ns.address for ns in self.nameservers]
 
     def node_names(self) -> list[str]:
-        return [ns.name for ns in self.nameservers] + [b.node for b in self.brokers]
+        return [ns.name for ns in self.nameservers] + [b.node for b in self.brokers] + [p.name for p in self.proxies]
+
+    @property
+    def broker_groups(self) -> list[str]:
+        """The broker group names, in the order they first appear (a proxy's doors follow it)."""
+        return list(dict.fromkeys(b.name for b in self.brokers))
+
+    def proxy_node(self, name: str) -> ProxyNode | None:
+        return next((p for p in self.proxies if p.name == name), None)
+
+    def proxy_doors(self, proxy: ProxyNode) -> dict[str, tuple[str, str]]:
+        return proxy.doors(self.broker_groups)
+
+    def listens_of(self, name: str) -> list[str]:
+        """Every address node ``name`` listens on: a broker's HA port (its port + 1) and a
+        proxy's doors too. Empty for an unknown node."""
+        if (ns := self.nameserver(name)) is not None:
+            return [ns.listen]
+        if (broker := self.broker_node(name)) is not None:
+            host, _, port = broker.listen.rpartition(":")
+            return [broker.listen] if port == "0" else [broker.listen, f"{host}:{int(port) + 1}"]
+        if (proxy := self.proxy_node(name)) is not None:
+            return [proxy.listen] + [listen for listen, _ in self.proxy_doors(proxy).values()]
+        return []
 
     def nameserver(self, name: str) -> NameServerNode | None:
         return next((ns for ns in self.nameservers if ns.name == name), None)
@@ -361,8 +434,9 @@ def _section(cls: type, raw: Any, name: str) -> Any:
 def parse_config(raw: dict[str, Any], source: Path | None = None) -> Config:
     """Validate a parsed TOML document."""
     sections = {"cluster": ClusterConfig, "store": StoreConfig, "replication": ReplicationConfig,
-                "namesrv": NameServerSettings, "broker": BrokerSettings, "acl": AclConfig}
-    arrays = {"nameservers": NameServerNode, "brokers": BrokerNode}
+                "namesrv": NameServerSettings, "broker": BrokerSettings, "acl": AclConfig,
+                "proxy": ProxySettings}
+    arrays = {"nameservers": NameServerNode, "brokers": BrokerNode, "proxies": ProxyNode}
     unknown = sorted(set(raw) - set(sections) - set(arrays))
     if unknown:
         raise ConfigError(f"unknown section(s): {', '.join(unknown)}")
@@ -378,9 +452,11 @@ def parse_config(raw: dict[str, Any], source: Path | None = None) -> Config:
     if duplicates:
         raise ConfigError(f"node names used twice: {', '.join(duplicates)}")
     listens = [ns.listen for ns in config.nameservers] + [b.listen for b in config.brokers]
+    for proxy in config.proxies:
+        listens += [proxy.listen] + [door for door, _ in config.proxy_doors(proxy).values()]
     taken = sorted({a for a in listens if listens.count(a) > 1})
     if taken:
-        raise ConfigError(f"listen addresses used twice: {', '.join(taken)}")
+        raise ConfigError(f"listen addresses used twice (a proxy's doors take the ports after its own): {', '.join(taken)}")
     return config
 
 

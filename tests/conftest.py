@@ -54,6 +54,7 @@ class Cluster:
     config: Path
     namesrv: str
     env: dict[str, str]
+    proxies: tuple[str, ...] = ()  # the proxies' addresses, when the config has some
 
     def mqctl(self, *args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "mqctl", "--config", str(self.config), *args],
@@ -69,15 +70,16 @@ class Cluster:
 
 def write_cluster_config(path: Path, *, broker_ids: tuple[int, ...] = (0,), mode: str = "async",
                          store: str = "", broker: str = "", more_brokers: str = "",
-                         acl: str = "") -> tuple[str, list[str]]:
+                         acl: str = "", proxies: tuple[str, ...] = ()) -> tuple[str, list[str]]:
     """A conf.toml with one name server and broker group ``broker-a`` of ``broker_ids`` on free
     loopback ports (``store``, ``broker`` and ``acl``: more lines for those tables;
-    ``more_brokers``: more ``[[brokers]]`` tables); returns the name server's and broker-a's
-    addresses."""
+    ``more_brokers``: more ``[[brokers]]`` tables; ``proxies``: a proxy listening on each
+    address); returns the name server's and broker-a's addresses."""
     ns_port = free_port()
     brokers = [f"127.0.0.1:{free_port()}" for _ in broker_ids]
     nodes = "".join(f'[[brokers]]\nname = "broker-a"\nid = {bid}\nlisten = "{addr}"\n'
                     for bid, addr in zip(broker_ids, brokers, strict=True))
+    proxy_tables = "".join(f'[[proxies]]\nname = "proxy{i + 1}"\nlisten = "{a}"\n' for i, a in enumerate(proxies))
     path.write_text(f"""
 [cluster]
 data_dir = "data"
@@ -95,6 +97,7 @@ register_interval_ms = 2000
 name = "ns1"
 listen = "127.0.0.1:{ns_port}"
 {nodes}{more_brokers}
+{proxy_tables}
 [acl]
 {acl}
 """)
@@ -102,11 +105,14 @@ listen = "127.0.0.1:{ns_port}"
 
 
 @contextlib.contextmanager
-def running_cluster(tmp_path: Path, env: dict[str, str], **config: object) -> Iterator[Cluster]:
-    """A cluster started with ``mqctl start`` (see :func:`write_cluster_config`), stopped after."""
+def running_cluster(tmp_path: Path, env: dict[str, str], *, proxies: int = 0, **config: object) -> Iterator[Cluster]:
+    """A cluster started with ``mqctl start`` (see :func:`write_cluster_config`), stopped after;
+    ``proxies``: how many proxies, each with a door for broker-a (and for one more group)."""
     path = tmp_path / "conf.toml"
-    namesrv, _ = write_cluster_config(path, **config)  # type: ignore[arg-type]
-    cluster = Cluster(path, namesrv, dict(env, HOME=str(tmp_path)))  # the C++ client logs under $HOME/logs
+    proxy_listens = tuple(f"127.0.0.1:{free_port(span=3)}" for _ in range(proxies))
+    namesrv, _ = write_cluster_config(path, proxies=proxy_listens, **config)  # type: ignore[arg-type]
+    cluster = Cluster(path, namesrv, dict(env, HOME=str(tmp_path)),  # the C++ client logs under $HOME/logs
+                      proxy_listens)
     started = cluster.mqctl("start")
     assert started.returncode == 0, started.stderr
     try:

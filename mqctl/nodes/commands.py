@@ -87,10 +87,10 @@ def start_nodes(config: Config, specs: list[NodeSpec], deadline: float) -> list[
     stopped again."""
     rows: list[dict[str, object]] = []
     running = {s.name: pid for s in specs if (pid := running_pid(config, s.name)) is not None}
-    check_ports_free([s for s in specs if s.name not in running])
+    check_ports_free(config, [s for s in specs if s.name not in running])
     spawned: list[NodeSpec] = []
     try:
-        for kind in ("nameserver", "broker"):
+        for kind in ("nameserver", "broker", "proxy"):
             started = []
             for spec in (s for s in specs if s.kind == kind):
                 if spec.name in running:
@@ -114,11 +114,11 @@ def start_nodes(config: Config, specs: list[NodeSpec], deadline: float) -> list[
     return rows
 
 
-def check_ports_free(specs: list[NodeSpec]) -> None:
-    """Every port the nodes will listen on (a broker's HA port is its port + 1) is free; else
-    one error naming the node, the port and, where it can be seen, the process holding it."""
+def check_ports_free(config: Config, specs: list[NodeSpec]) -> None:
+    """Every port the nodes will listen on (a broker's HA port, a proxy's doors too) is free;
+    else one error naming the node, the port and, where it can be seen, the process holding it."""
     for spec in specs:
-        held = held_port(spec.listen, broker=spec.kind == "broker")
+        held = held_port(config.listens_of(spec.name))
         if held is not None:
             raise CliError(f"{spec.name} cannot start: {held}")
 
@@ -141,7 +141,7 @@ def stop_cmd(ctx: typer.Context, nodes: NodeNames = None,
              force: Annotated[bool, typer.Option("--force", help="SIGKILL instead of a graceful stop.")] = False,
              timeout: Annotated[float, typer.Option(help="Seconds to wait for each node.")] = STOP_TIMEOUT_S,
              as_json: JsonOutput = False) -> None:
-    """Stop nodes: brokers first (they flush and unregister), then name servers."""
+    """Stop nodes: proxies first, then brokers (they flush and unregister), then name servers."""
     config = load(ctx)
     rows = []
     for spec in reversed(nodes_of(config, nodes)):
@@ -193,7 +193,9 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
         row |= _restart_one(config, spec, timeout)
         progress(spec, f"{row['state']} (pid {row['pid']})")
         after: dict[str, Any] = {}
-        if broker is None:
+        if spec.kind == "proxy":
+            pass  # a proxy keeps no state: serving again is all
+        elif broker is None:
             # brokers come back on their next registration: allow one interval beyond the timeout
             after = rolling.wait_brokers_registered(
                 config, spec, time.monotonic() + timeout + config.broker.register_interval_ms / 1000)
@@ -281,7 +283,7 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
         row: dict[str, Any] = {"node": spec.name, "role": spec.kind, "address": spec.listen,
                                "pid": pids[spec.name], "alive": alive[spec.name], "max_offset": None}
         broker = config.broker_node(spec.name)
-        if broker is None:
+        if broker is None:  # a name server or a proxy: serving or not
             row |= replication_view.nameserver_fields(alive[spec.name])
         elif raft:  # the members elect their master: role, term, leader, indexes
             group = [infos.get(b.node) for b in config.brokers if b.name == broker.name]

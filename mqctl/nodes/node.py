@@ -21,6 +21,7 @@ from core.broker.server import serve_broker
 from core.config import Config, load_config
 from core.errors import CoreError
 from core.namesrv.server import serve_nameserver
+from core.proxy.server import serve_proxy
 from core.remoting.client import connect_from, split_address
 from core.remoting.signing import acl_credentials, use_credentials
 from mqctl.nodes.port_holders import held_port
@@ -42,6 +43,8 @@ async def run_node(config: Config, name: str) -> None:
         elif broker is not None:
             port = await nursery.start(lambda task_status: serve_broker(
                 broker, config, plugins, data_dir=data_dir, task_status=task_status))
+        elif (proxy := config.proxy_node(name)) is not None:
+            port = await nursery.start(lambda task_status: serve_proxy(proxy, config, plugins, task_status=task_status))
         else:
             raise CoreError(f"no node named {name!r} in {config.source} (nodes: {', '.join(config.node_names())})")
         log.info("node %s serving on port %d", name, port)
@@ -59,10 +62,10 @@ def loopback_host(config: Config, name: str) -> str | None:
     """The node's listen host when it is a loopback address of its own (127.0.0.12): its
     outgoing connections then start there too, so peers and drills can tell it apart. Other
     hosts are left to the system's routing."""
-    node = config.nameserver(name) or config.broker_node(name)
-    if node is None:
+    listens = config.listens_of(name)
+    if not listens:
         return None
-    host = split_address(node.listen)[0]
+    host = split_address(listens[0])[0]
     try:
         own = ipaddress.ip_address(host)
     except ValueError:
@@ -114,11 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _held_port(config: Config, name: str) -> str:
     """Which of the node's ports is taken, and by whom (as far as this user can see)."""
-    node = config.nameserver(name) or config.broker_node(name)
-    if node is None:
-        return "address already in use"
-    held = held_port(node.listen, broker=config.broker_node(name) is not None)
-    return held or f"{node.listen}: address already in use"
+    listens = config.listens_of(name)
+    return held_port(listens) or f"{', '.join(listens) or name}: address already in use"
 
 
 def _address_in_use(exc: BaseException) -> OSError | None:

@@ -33,15 +33,14 @@ class Holder:
         return f"pid {self.pid} ({self.command[:160]})" if self.command else f"pid {self.pid}"
 
 
-def held_port(listen: str, *, broker: bool) -> str | None:
-    """The first port a node listening on ``listen`` needs (a broker's HA port is its port + 1)
-    that another process holds, as "host:port is held by ..."; None when all are free (or the
-    node picks its port itself, port 0)."""
-    host, port = split_address(listen)
-    for taken in ([port, port + 1] if broker else [port]) if port else []:
-        if not port_is_free(host, taken):
-            holder = listener_of(host, taken)
-            return f"{host}:{taken} is held by {holder.shown() if holder else 'another socket'}"
+def held_port(listens: list[str]) -> str | None:
+    """The first of a node's addresses (``Config.listens_of``) that another process holds, as
+    "host:port is held by ..."; None when all are free (port 0: the node picks its own)."""
+    for listen in listens:
+        host, port = split_address(listen)
+        if port and not port_is_free(host, port):
+            holder = listener_of(host, port)
+            return f"{host}:{port} is held by {holder.shown() if holder else 'another socket'}"
     return None
 
 
@@ -126,20 +125,18 @@ def _command(pid_dir: Path) -> str:
 _HANDED_OUT: set[int] = set()  # ports this process gave out: a config's nodes never share one
 
 
-def free_port() -> int:
-    """A loopback port free for this and the next one (a broker's HA port is its port + 1),
-    neither of them given out by an earlier call: the kernel may hand the same free port to two
-    calls in a row, and two nodes of one config would then collide."""
+def free_port(span: int = 2) -> int:
+    """A loopback port free with the ``span - 1`` ports after it (a broker's HA port is its port
+    + 1; a proxy's doors follow its port), none of them given out by an earlier call: the kernel
+    may hand the same free port to two calls in a row, and two nodes of one config would then
+    collide."""
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port: int = s.getsockname()[1]
-        if {port - 1, port, port + 1} & _HANDED_OUT:
+        wanted = set(range(port, port + span))
+        if port + span > 65535 or (wanted | {port - 1}) & _HANDED_OUT:
             continue
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        _HANDED_OUT.update((port, port + 1))
-        return port
+        if all(port_is_free("127.0.0.1", p) for p in wanted if p != port):
+            _HANDED_OUT.update(wanted)
+            return port

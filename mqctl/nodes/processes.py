@@ -26,15 +26,16 @@ STOP_TIMEOUT_S = 30.0
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     name: str
-    kind: str  # "nameserver" | "broker"
+    kind: str  # "nameserver" | "broker" | "proxy"
     listen: str
     registered: str = ""  # a broker's address in the routes (``advertise`` or ``listen``)
 
 
 def nodes_of(config: Config, names: list[str] | None = None) -> list[NodeSpec]:
-    """The config's nodes, name servers first (the order to start in)."""
+    """The config's nodes, name servers first, proxies last (the order to start in)."""
     specs = [NodeSpec(ns.name, "nameserver", ns.listen) for ns in config.nameservers]
     specs += [NodeSpec(b.node, "broker", b.listen, b.registered_address) for b in config.brokers]
+    specs += [NodeSpec(p.name, "proxy", p.listen) for p in config.proxies]
     if names:
         unknown = sorted(set(names) - {s.name for s in specs})
         if unknown:

@@ -29,13 +29,13 @@ MASTER_SLAVE_MODES = ("async", "sync")
 
 def restart_order(config: Config, specs: list[NodeSpec]) -> list[NodeSpec]:
     """``specs`` in the order to restart them: name servers, then per broker group (in config
-    order) its slaves by id, then its master."""
+    order) its slaves by id, then its master, then the proxies."""
     by_name = {s.name: s for s in specs}
     order = [s for s in specs if s.kind == "nameserver"]
     for group in dict.fromkeys(b.name for b in config.brokers):
         members = sorted((b for b in config.brokers if b.name == group), key=lambda b: (b.is_master, b.id))
         order += [by_name[b.node] for b in members if b.node in by_name]
-    return order
+    return order + [s for s in specs if s.kind == "proxy"]
 
 
 def is_master_slave(config: Config) -> bool:

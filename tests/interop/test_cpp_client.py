@@ -1,5 +1,8 @@
-"""The stock C++ client against a cluster started with `mqctl start`."""
+"""The stock C++ client against a cluster started with `mqctl start`: every scenario twice,
+with the client's name server address the name server's, then a proxy's (its routes then name
+the proxy's doors, and every request goes through it)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -9,12 +12,14 @@ from tests.conftest import child_env, running_cluster
 COUNT = 1000
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """One name server and one broker for the module (per test worker): every test sends to
-    topics and reads with groups of its own, and a start and stop per test cost about 3 s."""
-    with running_cluster(tmp_path_factory.mktemp("interop"), child_env()) as c:
-        yield c
+@pytest.fixture(scope="module", params=["direct", "proxy"])
+def cluster(request, tmp_path_factory):
+    """One name server, one broker (and a proxy) for the module (per test worker): every test
+    sends to topics and reads with groups of its own, and a start and stop per test cost about
+    3 s. ``namesrv`` is what the C++ client is given: the name server, or the proxy."""
+    proxies = 1 if request.param == "proxy" else 0
+    with running_cluster(tmp_path_factory.mktemp("interop"), child_env(), proxies=proxies) as c:
+        yield c if request.param == "direct" else dataclasses.replace(c, namesrv=c.proxies[0])
 
 
 def expected(i: int) -> dict:

@@ -1,0 +1,252 @@
+"""The proxy's remoting front door: what it answers itself, and where it forwards the rest.
+
+A request arriving on a group's door (or naming a group in ``bname``/``n``, as Java clients
+since 4.9.5 do) goes to a member of that group:
+
+- writes (sends, send-backs, end-transaction, queue locks) to the master. Under raft, while the
+  group has no leader the request waits for one, up to ``failover_wait_s`` from its arrival; a
+  send that fails on a member that died or stopped leading is sent again to the new leader in
+  that window. A send that reached the old leader may have been stored there too, so a resent
+  message can arrive twice (the same UNIQ_KEY): delivery is at least once. Master-slave groups
+  do not elect: with no master, writes fail at once with SERVICE_NOT_AVAILABLE, naming why;
+- heartbeats and unregistrations to every member (a slave serves pulls when its master is gone,
+  and must know the consumers);
+- everything else (pulls, offsets, queries) to the master, else a slave, else the next member.
+
+On the proxy's own port it is the clients' name server: routes and the cluster table come from
+the name servers with the doors in place of broker addresses; other name-server requests are
+passed through.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from core.errors import RemotingError
+from core.proxy.cluster_view import ClusterView
+from core.proxy.doors import Doors
+from core.proxy.session import ClientSession, copy_request, copy_response
+from core.remoting.client import RemotingClient, split_address
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+from core.remoting.connection import Connection, Reply
+from formats.errors import RecordError
+from formats.pull_body import with_store_host
+
+log = logging.getLogger(__name__)
+
+WRITES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+                    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION,
+                    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.UPDATE_AND_CREATE_TOPIC})
+SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
+EVERY_MEMBER = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT})
+ROUTING = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO})
+
+REQUEST_TIMEOUT_S = 5.0
+PULL_EXTRA_S = 5.0  # beyond a long poll's suspend time
+NAMESRV_TIMEOUT_S = 3.0
+
+
+class FrontDoor:
+    """The processor of every listener of one proxy; ``door_group`` names the listener's group."""
+
+    def __init__(self, nursery: trio.Nursery, doors: Doors, view: ClusterView, namesrv_client: RemotingClient,
+                 namesrv: list[str], *, elects: bool, failover_wait_s: float) -> None:
+        self._nursery = nursery
+        self.doors = doors
+        self.view = view
+        self._namesrv_client = namesrv_client
+        self._namesrv = list(namesrv)
+        self._elects = elects
+        self._failover_wait_s = failover_wait_s
+        self.resent = 0  # sends sent again on a new master after the first one failed
+
+    def listener(self, group: str | None) -> _Listener:
+        return _Listener(self, group)
+
+    def connection_closed(self, conn: Connection) -> None:
+        session = conn.attributes.pop("proxy_session", None)
+        if isinstance(session, ClientSession):
+            session.close()
+
+    def _session(self, conn: Connection) -> ClientSession:
+        session = conn.attributes.get("proxy_session")
+        if not isinstance(session, ClientSession):
+            session = conn.attributes["proxy_session"] = ClientSession(self._nursery, conn)
+        return session
+
+    # ------------------------------------------------------------------ dispatch
+
+    def process(self, request: RemotingCommand, conn: Connection, door_group: str | None) -> Reply:
+        group = request.ext_fields.get("bname") or request.ext_fields.get("n") or door_group
+        log.debug("%s from %s for %s", _name(request), conn.remote, group or "the name servers")
+        if group is None or request.code in ROUTING:
+            return self._as_name_server(request)
+        if request.code in EVERY_MEMBER:
+            return self._to_every_member(request, conn, group)
+        if request.code in WRITES:
+            return self._write(request, conn, group)
+        return self._read(request, conn, group)
+
+    # ------------------------------------------------------------------ the name server role
+
+    async def _as_name_server(self, request: RemotingCommand) -> RemotingCommand | None:
+        last_error = "no name server configured"
+        for address in self._namesrv:
+            try:
+                conn = await self._namesrv_client.connection(address)
+                if request.is_oneway:
+                    await conn.oneway(copy_request(request))
+                    return None
+                resp = await conn.request(copy_request(request), NAMESRV_TIMEOUT_S)
+            except RemotingError as exc:
+                last_error = f"{address}: {exc}"
+                continue
+            answer = copy_response(request, resp)
+            if resp.code == ResponseCode.SUCCESS and resp.body:
+                if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                    answer.body = self.doors.rewrite_route(resp.body)
+                elif request.code == RequestCode.GET_BROKER_CLUSTER_INFO:
+                    answer.body = self.doors.rewrite_cluster_info(resp.body)
+            return answer
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"the proxy reaches no name server ({last_error})")
+
+    # ------------------------------------------------------------------ forwarding
+
+    async def _write(self, request: RemotingCommand, conn: Connection, group: str) -> RemotingCommand | None:
+        deadline = trio.current_time() + (self._failover_wait_s if self._elects else 0.0)
+        session = self._session(conn)
+        tried: str | None = None
+        while True:
+            master = await self.view.wait_master(group, deadline)
+            if master is None:
+                return self._no_master(request, group, tried)
+            if tried is not None:
+                self.resent += 1
+            tried = master
+            try:
+                upstream = await session.upstream(group, master)
+                if request.is_oneway:
+                    await upstream.oneway(copy_request(request))
+                    return None
+                resp = await upstream.request(copy_request(request), self._timeout(request, deadline))
+            except RemotingError as exc:  # closed, refused or timed out: a dead or cut-off master
+                log.info("%s to %s (group %s) failed: %s", _name(request), master, group, exc)
+                session.drop(master)
+                self.view.suspect(group, master)
+                if request.code in SENDS and trio.current_time() < deadline:
+                    continue
+                return request.reply(ResponseCode.SYSTEM_ERROR, f"broker {group} ({master}) failed: {exc}")
+            if (resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in SENDS
+                    and trio.current_time() < deadline and await self._master_moved(group, master)):
+                continue  # it stopped leading: the new leader gets the send
+            return copy_response(request, resp)
+
+    async def _master_moved(self, group: str, old: str) -> bool:
+        await self.view.refresh()
+        return self.view.master(group) != old
+
+    def _no_master(self, request: RemotingCommand, group: str, tried: str | None) -> RemotingCommand | None:
+        if request.is_oneway:
+            return None
+        if self._elects:
+            why = (f"broker group {group} has no raft leader after {self._failover_wait_s:g} s "
+                   "(an election is running, or a majority is down)")
+        else:
+            why = f"broker group {group} has no master now (a master-slave group does not elect; its slaves serve reads)"
+        return request.reply(ResponseCode.SERVICE_NOT_AVAILABLE, why)
+
+    async def _read(self, request: RemotingCommand, conn: Connection, group: str) -> RemotingCommand | None:
+        session = self._session(conn)
+        members = self.view.members(group)
+        if not members:
+            await self.view.refresh()
+            members = self.view.members(group)
+        last_error = f"broker group {group} is not known to the name servers"
+        for member in members:
+            try:
+                upstream = await session.upstream(group, member)
+                if request.is_oneway:
+                    await upstream.oneway(copy_request(request))
+                    return None
+                resp = await upstream.request(copy_request(request), self._timeout(request, None))
+            except RemotingError as exc:
+                last_error = f"{member}: {exc}"
+                session.drop(member)
+                self.view.suspect(group, member)
+                continue
+            answer = copy_response(request, resp)
+            if request.code == RequestCode.PULL_MESSAGE:
+                self._through_door(answer, group)
+            return answer
+        return None if request.is_oneway else request.reply(ResponseCode.SYSTEM_ERROR, f"proxy: {last_error}")
+
+    async def _to_every_member(self, request: RemotingCommand, conn: Connection, group: str) -> RemotingCommand | None:
+        session = self._session(conn)
+        if request.code == RequestCode.HEART_BEAT:
+            session.remember_heartbeat(group, request)
+        members = self.view.members(group)
+        answers: dict[str, RemotingCommand | Exception] = {}
+
+        async def one(member: str) -> None:
+            try:
+                upstream = await session.upstream(group, member)
+                answers[member] = await upstream.request(copy_request(request), REQUEST_TIMEOUT_S)
+            except RemotingError as exc:
+                answers[member] = exc
+
+        async with trio.open_nursery() as nursery:
+            for member in members:
+                nursery.start_soon(one, member)
+        if request.is_oneway:
+            return None
+        for member in members:  # the master's answer, else the first member's that answered
+            answer = answers.get(member)
+            if isinstance(answer, RemotingCommand):
+                return copy_response(request, answer)
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"proxy: no member of broker group {group} answered")
+
+    def _through_door(self, pulled: RemotingCommand, group: str) -> None:
+        """A pull's answer as the client should see it: the proxy picks the member to read from
+        (suggest id 0), and the records name the door as their store host (a failed message is
+        sent back there)."""
+        if "suggestWhichBrokerId" in pulled.ext_fields:
+            pulled.ext_fields["suggestWhichBrokerId"] = "0"
+        door = self.doors.advertised.get(group)
+        if door is not None and pulled.code == ResponseCode.SUCCESS and pulled.body:
+            host, port = split_address(door)
+            try:
+                pulled.body = with_store_host(pulled.body, host, port)
+            except RecordError as exc:  # passed on as the broker sent it: the client decides
+                log.warning("a pull answer from group %s does not walk as records: %s", group, exc)
+
+    def _timeout(self, request: RemotingCommand, deadline: float | None) -> float:
+        if request.code == RequestCode.PULL_MESSAGE:
+            try:
+                suspend_s = int(request.ext_fields.get("suspendTimeoutMillis", "15000")) / 1000
+            except ValueError:
+                suspend_s = 15.0
+            return min(max(suspend_s, 0.0), 60.0) + PULL_EXTRA_S
+        if deadline is not None and request.code in SENDS:
+            return max(deadline - trio.current_time(), REQUEST_TIMEOUT_S)
+        return REQUEST_TIMEOUT_S
+
+
+class _Listener:
+    """A remoting processor bound to one listener of the proxy (a door, or the proxy's port)."""
+
+    def __init__(self, door: FrontDoor, group: str | None) -> None:
+        self._door = door
+        self._group = group
+
+    def process(self, request: RemotingCommand, conn: Connection) -> Reply:
+        return self._door.process(request, conn, self._group)
+
+
+def _name(request: RemotingCommand) -> str:
+    try:
+        return RequestCode(request.code).name
+    except ValueError:
+        return f"request {request.code}"

@@ -1,0 +1,43 @@
+"""A proxy node: its own port (the clients' name server), a door per broker group, and the
+view of the groups it keeps current."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from core.config import Config, ProxyNode
+from core.plugin_manager import PluginHost
+from core.proxy.cluster_view import ClusterView
+from core.proxy.doors import Doors
+from core.proxy.front_door import FrontDoor
+from core.remoting.client import open_remoting_client, split_address
+from core.remoting.server import serve_remoting
+
+log = logging.getLogger(__name__)
+
+
+async def serve_proxy(
+    node: ProxyNode, config: Config, plugins: PluginHost, *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run proxy ``node`` until cancelled; reports its own port once every door listens."""
+    doors = Doors(config, node)
+    async with open_remoting_client(plugins=plugins) as client, trio.open_nursery() as nursery:
+        view = ClusterView(client, config.namesrv_addresses)
+        await nursery.start(view.run)
+        front = FrontDoor(nursery, doors, view, client, config.namesrv_addresses,
+                          elects=config.replication.mode == "dledger",
+                          failover_wait_s=config.proxy.failover_wait_ms / 1000)
+        listeners: list[tuple[str | None, str]] = [(None, node.listen), *doors.listens.items()]
+        bound = 0
+        for group, listen in listeners:
+            host, port = split_address(listen)
+            got = await nursery.start(lambda task_status, group=group, host=host, port=port: serve_remoting(
+                front.listener(group), host, port, plugins=plugins, on_close=front.connection_closed,
+                frame_size_max=config.broker.frame_size_bytes_max, limits=config.broker.limits,
+                task_status=task_status))
+            bound = bound or got
+            log.info("proxy %s: %s on %s:%d", node.name, f"door of {group}" if group else "routes", host, got)
+        task_status.started(bound)
