@@ -6,6 +6,11 @@ first. A gap that stays open longer than ``gap_timeout_s`` (the entries before i
 the way) is answered INCONSISTENT_STATE, which sends the leader back to COMPARE: DLedger's
 fast-forward check for a stuck write-request map.
 
+COMPARE and TRUNCATE carry the leader's sequence number; one not newer than the last served (a
+duplicate, or an old one overtaken on the way) is dropped unanswered: a stale TRUNCATE would
+cut entries this follower has since appended and acknowledged, entries the leader may already
+count as committed (the leader ignores answers to old sequence numbers anyway).
+
 The follower only commits entries it knows match the current leader's log (``matched_index``,
 established by a TRUNCATE in this term and extended by APPENDs): a stale tail from an older
 term is never marked committed because the leader's commit index has passed its length.
@@ -40,6 +45,7 @@ class EntryHandler:
         self.leader_commit = -1
         self._writes: dict[int, _Waiting] = {}
         self._control: collections.deque[PushEntry] = collections.deque(maxlen=max_pending)
+        self._control_seq = 0  # the latest COMPARE/TRUNCATE served in this term
 
     def offer(self, req: PushEntry, now: float) -> None:
         """Queue a push of this term's leader (the node checked term and leader)."""
@@ -54,7 +60,12 @@ class EntryHandler:
         """Serve what can be served now; returns the answers (sent once the log is synced)."""
         out: list[PushResponse] = []
         while self._control:
-            out.append(self._control_request(self._control.popleft(), log, commit_index))
+            req = self._control.popleft()
+            if req.kind is not PushKind.COMMIT:
+                if req.seq <= self._control_seq:
+                    continue  # a duplicate or an overtaken request: acting on it could cut acked entries
+                self._control_seq = req.seq
+            out.append(self._control_request(req, log, commit_index))
         writes = self._writes
         while writes:
             nxt = log.last_index + 1

@@ -121,6 +121,25 @@ def test_appends_apply_in_order_and_a_gap_left_open_is_reported():
     assert (stuck.code, stuck.index, stuck.end_index) == (Code.INCONSISTENT_STATE, 5, 2)
 
 
+def test_a_duplicated_truncate_arriving_late_cuts_nothing_the_follower_acknowledged():
+    # seed 5262 of the simulator: a TRUNCATE delivered twice, the copy after the APPENDs that
+    # followed it; acting on the copy cut entries the leader already counted as committed
+    h = EntryHandler("b", 2, max_pending=10, gap_timeout_s=1.0)
+    log = log_of(1, 1, 1)
+    truncate = PushEntry(2, "a", PushKind.TRUNCATE, 2, (), commit_index=1, seq=1)
+    h.offer(truncate, 0.0)
+    h.process(log, commit_index=1, now=0.0)
+    h.offer(PushEntry(2, "a", PushKind.APPEND, 3, (Entry(3, 2, b"x"), Entry(4, 2, b"y")), commit_index=1), 0.0)
+    assert [r.code for r in h.process(log, commit_index=1, now=0.0)] == [Code.SUCCESS]
+    assert log.last_index == 4
+    h.offer(truncate, 0.1)  # the duplicate
+    assert h.process(log, commit_index=1, now=0.1) == []
+    assert log.last_index == 4 and log.term_at(4) == 2
+    h.offer(PushEntry(2, "a", PushKind.TRUNCATE, 3, (), commit_index=1, seq=2), 0.2)  # a new round still cuts
+    assert [r.code for r in h.process(log, commit_index=1, now=0.2)] == [Code.SUCCESS]
+    assert log.last_index == 3
+
+
 def test_a_follower_never_commits_a_tail_it_has_not_matched():
     log = log_of(1, 1, 2, 2)  # entries 2-3 from an old term 2 leader
     h = EntryHandler("b", 3, max_pending=10, gap_timeout_s=1.0)
