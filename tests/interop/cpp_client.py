@@ -6,6 +6,7 @@ child process so the tests see it exactly as an application would.
     python cpp_client.py produce-async NAMESRV TOPIC COUNT TIMEOUT_S
     python cpp_client.py produce-oneway NAMESRV TOPIC COUNT
     python cpp_client.py produce-batch NAMESRV TOPIC COUNT BATCH_SIZE
+    python cpp_client.py produce-steady NAMESRV TOPIC SECONDS STOP_FILE
     python cpp_client.py consume NAMESRV GROUP TOPIC EXPRESSION COUNT TIMEOUT_S [later|orderly]
     python cpp_client.py broadcast NAMESRV GROUP TOPIC COUNT TIMEOUT_S CONSUMERS
 
@@ -16,6 +17,9 @@ child process so the tests see it exactly as an application would.
 exception), waiting at most TIMEOUT_S for all of them.
 ``produce-oneway``: ``send_oneway``, which returns nothing; one line per message handed over.
 ``produce-batch``: ``send_batch`` of BATCH_SIZE messages at a time; one line per batch.
+``produce-steady``: ``send_sync`` one message after another, as an application does, for at
+most SECONDS or until STOP_FILE exists; a failed send is a row with ``error`` and the next one
+follows. Rows carry ``started_at`` and ``answered_at`` (epoch seconds).
 ``broadcast``: CONSUMERS broadcasting push consumers of GROUP in this process (each its own client
 instance), then COUNT messages sent once all of them listen; each received row names its consumer.
 
@@ -87,6 +91,25 @@ def produce(namesrv: str, topic: str, count: int, start: int = 0, delay_level: i
                 continue
             emit({"i": i, "status": int(result.status), "msg_id": result.msg_id,
                   "offset": result.offset, "sent_at": time.time()})
+    finally:
+        producer.shutdown()
+
+
+def produce_steady(namesrv: str, topic: str, seconds: float, stop_file: str) -> None:
+    producer = started_producer(namesrv, "PID_steady")
+    try:
+        ends = time.monotonic() + seconds
+        i = 0
+        while time.monotonic() < ends and not os.path.exists(stop_file):
+            started = time.time()
+            try:
+                result = producer.send_sync(message(topic, i))
+                emit({"i": i, "status": int(result.status), "msg_id": result.msg_id,
+                      "started_at": started, "answered_at": time.time()})
+            except Exception as exc:  # the client's exceptions share no base class worth naming
+                emit({"i": i, "error": text(exc.args[0] if exc.args else exc),
+                      "started_at": started, "answered_at": time.time()})
+            i += 1
     finally:
         producer.shutdown()
 
@@ -257,6 +280,7 @@ COMMANDS: dict[str, tuple[Callable, list[type], int]] = {
     "produce-async": (produce_async, [str, str, int, float], 0),
     "produce-oneway": (produce_oneway, [str, str, int], 0),
     "produce-batch": (produce_batch, [str, str, int, int], 0),
+    "produce-steady": (produce_steady, [str, str, float, str], 0),
     "consume": (consume, [str, str, str, str, int, float, str], 1),
     "broadcast": (broadcast, [str, str, str, int, float, int], 0),
 }
