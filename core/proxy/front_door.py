@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 
+import orjson
 import trio
 
 from core.errors import RemotingError
@@ -61,7 +62,9 @@ class FrontDoor:
         self._namesrv = list(namesrv)
         self._elects = elects
         self._failover_wait_s = failover_wait_s
+        self.forwarded = 0  # requests sent on to a broker
         self.resent = 0  # sends sent again on a new master after the first one failed
+        self.sessions = 0  # client connections with upstream connections now
 
     def listener(self, group: str | None) -> _Listener:
         return _Listener(self, group)
@@ -70,20 +73,33 @@ class FrontDoor:
         session = conn.attributes.pop("proxy_session", None)
         if isinstance(session, ClientSession):
             session.close()
+            self.sessions -= 1
 
     def _session(self, conn: Connection) -> ClientSession:
         session = conn.attributes.get("proxy_session")
         if not isinstance(session, ClientSession):
             session = conn.attributes["proxy_session"] = ClientSession(self._nursery, conn)
+            self.sessions += 1
         return session
+
+    def runtime_table(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO on the proxy's own port: what it forwarded, and the groups'
+        masters as it sees them now (``mqctl status`` shows them)."""
+        masters = {group: self.view.master(group) or "-" for group in sorted(self.view.groups)}
+        return {"proxyForwarded": str(self.forwarded), "proxyResent": str(self.resent),
+                "proxySessions": str(self.sessions), "proxyNameServerAnswers": str(self.view.refreshes),
+                "proxyMasters": ",".join(f"{g}={m}" for g, m in masters.items())}
 
     # ------------------------------------------------------------------ dispatch
 
     def process(self, request: RemotingCommand, conn: Connection, door_group: str | None) -> Reply:
         group = request.ext_fields.get("bname") or request.ext_fields.get("n") or door_group
         log.debug("%s from %s for %s", _name(request), conn.remote, group or "the name servers")
+        if group is None and request.code == RequestCode.GET_BROKER_RUNTIME_INFO:
+            return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": self.runtime_table()}))
         if group is None or request.code in ROUTING:
             return self._as_name_server(request)
+        self.forwarded += 1
         if request.code in EVERY_MEMBER:
             return self._to_every_member(request, conn, group)
         if request.code in WRITES:

@@ -16,7 +16,7 @@ from core.client.runtime import ClientError, open_client
 from core.client.selection import QueueSelector
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
-from mqctl.common.options import JsonOutput, LatencyFault
+from mqctl.common.options import JsonOutput, LatencyFault, ViaProxy
 from plugins import plugin_host
 
 
@@ -62,6 +62,7 @@ def send(
         help="Retry on another broker when a message is stored but not flushed or replicated "
              "as asked (FLUSH_*_TIMEOUT, SLAVE_NOT_AVAILABLE).")] = False,
     faults: Annotated[bool, typer.Option("--faults", help="Print the latency fault table at the end.")] = False,
+    proxy: ViaProxy = None,
     as_json: JsonOutput = False,
 ) -> None:
     """Send messages and print status, msgId, queue and offset of each."""
@@ -71,7 +72,7 @@ def send(
 
     async def run() -> int:
         failed = 0
-        async with open_client(namesrv_addresses(config)) as client:
+        async with open_client(namesrv_addresses(config, proxy)) as client:
             producer = Producer(client, group, retries=retries, timeout_s=timeout,
                                 retry_another_broker_when_not_store_ok=retry_not_store_ok,
                                 selector=queue_selector(latency_fault))

@@ -17,7 +17,7 @@ from core.client.runtime import open_client
 from formats.record import MessageRecord
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
-from mqctl.common.options import JsonOutput
+from mqctl.common.options import JsonOutput, ViaProxy
 
 
 def _row(rec: MessageRecord) -> dict[str, Any]:
@@ -46,6 +46,7 @@ def tail(
                                                  "broker.enable_property_filter).")] = None,
     from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Start at the oldest message kept.")] = False,
     count: Annotated[int | None, typer.Option(help="Exit after this many messages.")] = None,
+    proxy: ViaProxy = None,
     as_json: JsonOutput = False,
 ) -> None:
     """Follow a topic like tail -f; with --count, exit after that many messages."""
@@ -81,7 +82,7 @@ def tail(
 
         private = group is None
         name = group or f"mqctl-tail-{trio.lowlevel.current_root_task().__hash__() & 0xFFFFFF:x}"
-        async with open_client(namesrv_addresses(config)) as client:
+        async with open_client(namesrv_addresses(config, proxy)) as client:
             route = await client.route(topic)
             if route is None:
                 raise CliError(f"topic {topic} does not exist (no route on the name servers)")

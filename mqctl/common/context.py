@@ -28,8 +28,18 @@ def load(ctx: typer.Context) -> Config:
     return config
 
 
-def namesrv_addresses(config: Config) -> list[str]:
-    """The name servers clients of this cluster ask; a clear error when the file lists none."""
+def namesrv_addresses(config: Config, proxy: str | None = None) -> list[str]:
+    """The name servers clients of this cluster ask (or, with ``proxy``, that proxy: a clients'
+    name server too); a clear error when the file lists none."""
+    if proxy is not None:
+        node = config.proxy_node(proxy)
+        if node is not None:
+            return [node.address]
+        host, sep, port = proxy.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            names = ", ".join(p.name for p in config.proxies) or "none"
+            raise CliError(f"--proxy takes a proxy of {config.source} (proxies: {names}) or host:port, not {proxy!r}")
+        return [proxy]
     if not config.nameservers:
         raise CliError(f"{config.source} lists no name servers")
     return config.namesrv_addresses

@@ -10,6 +10,9 @@ import typer
 from mqctl.common.errors import CliError
 
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line).")]
+ViaProxy = Annotated[str | None, typer.Option(
+    "--proxy", help="Go through this proxy (a [[proxies]] name of the config, or host:port) instead of "
+                    "the name servers.")]
 LatencyFault = Annotated[bool, typer.Option("--latency-fault/--no-latency-fault",
                                             help="Leave slow or failing brokers out for a while "
                                                  "(RocketMQ's sendLatencyFaultEnable).")]

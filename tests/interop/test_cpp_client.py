@@ -6,7 +6,9 @@ import dataclasses
 import json
 
 import pytest
+import trio
 
+from mqctl.common import probe
 from tests.conftest import child_env, running_cluster
 
 COUNT = 1000
@@ -27,8 +29,20 @@ def expected(i: int) -> dict:
             "keys": f"key-{i}", "idx": str(i)}
 
 
+def forwarded_by(cluster) -> int:
+    """Requests the proxy (when the client is given one) has sent on to brokers so far."""
+    if cluster.namesrv not in cluster.proxies:
+        return 0
+    info = trio.run(probe.runtime_info, cluster.namesrv)
+    assert info is not None
+    return int(info["proxyForwarded"])
+
+
 def test_cpp_producer_to_cpp_push_consumer_every_message_exactly_as_sent(cluster):
+    before = forwarded_by(cluster)
     sent = cluster.cpp("produce", cluster.namesrv, "Interop", str(COUNT))
+    if cluster.namesrv in cluster.proxies:  # every send went through the proxy
+        assert forwarded_by(cluster) - before >= COUNT
     assert [s["status"] for s in sent] == [0] * COUNT
     got = cluster.cpp("consume", cluster.namesrv, "CID_all", "Interop", "TagA || TagB", str(COUNT), "60")
     assert len(got) == COUNT, f"received {len(got)} of {COUNT}"

@@ -170,3 +170,44 @@ def test_without_its_master_a_group_refuses_sends_at_once_and_serves_reads_from_
     steady = {r["msg_id"]: r["i"] for r in rows if "status" in r}
     got = cluster.cpp("consume", proxy, "CID_Orphan", "Orphan", "*", str(len(steady)), "90")
     assert set(steady) <= {g["msg_id"] for g in got}
+
+
+@pytest.fixture
+def two_proxies(tmp_path: Path) -> Iterator[Cluster]:
+    with running_cluster(tmp_path, child_env(), proxies=2) as c:
+        yield c
+
+
+def test_two_proxies_one_killed_clients_of_the_other_see_nothing_and_nothing_acknowledged_is_lost(
+        two_proxies: Cluster, tmp_path: Path) -> None:
+    cluster = two_proxies
+    config = load_config(cluster.config)
+    first, second = cluster.proxies
+    cluster.mqctl("topic", "create", "TwoDoors")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with steady_producer(cluster, f"{first};{second}", "TwoDoors", tmp_path / "a") as via_first, \
+            steady_producer(cluster, second, "TwoDoors", tmp_path / "b") as via_second:
+        wait_for(lambda: len(via_first.rows()) >= 50 and len(via_second.rows()) >= 50, 30, "fifty sends each")
+        pid = running_pid(config, "proxy1")
+        assert pid is not None
+        killed_at = time.time()
+        os.kill(pid, signal.SIGKILL)
+        back = wait_for(lambda: via_first.acked_after(killed_at), 60, "the first producer acknowledged again")
+        assert isinstance(back, dict)
+        wait_for(lambda: via_second.acked_after(back["answered_at"]), 30, "the second producer still sending")
+        first_rows, second_rows = via_first.stop(), via_second.stop()
+    outage = back["answered_at"] - killed_at
+    failed = [r for r in first_rows if "error" in r and r["started_at"] >= killed_at]
+    second_failed = [r for r in second_rows if "error" in r]
+    second_gap = max(b["answered_at"] - a["answered_at"] for a, b in zip(second_rows, second_rows[1:]))
+    print(f"the producer given 'proxy1;proxy2' was acknowledged again {outage:.2f} s after proxy1's kill, "
+          f"after {len(failed)} failed sends ({failed[0]['error'][:80] if failed else '-'}); "
+          f"the producer given proxy2 alone: {len(second_failed)} failed, longest gap {second_gap:.2f} s")
+    assert not second_failed
+    # the first producer's send in flight at the kill waits out the client's 3 s send timeout;
+    # the client then asks its next name server (proxy2) for the route and sends through it
+    assert outage <= 6.0 and not failed
+    acked = {r["msg_id"] for r in first_rows + second_rows if "status" in r}
+    got = cluster.cpp("consume", second, "CID_TwoDoors", "TwoDoors", "*", str(len(acked)), "90")
+    assert acked <= {g["msg_id"] for g in got}
