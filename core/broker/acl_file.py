@@ -18,6 +18,7 @@ entry; a running broker keeps the policy it had.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ import yaml
 from core.broker.acl import Account, AclPolicy, AddressPattern, parse_perm
 from core.config import ACL_KEY_LENGTH_MIN
 from core.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 class AclFileError(Exception):
@@ -152,3 +155,12 @@ class AclFile:
         self._stamp = stamp
         self.policy = load_acl(self.path)
         return True
+
+    def keep_current(self) -> None:
+        """:meth:`reload_if_changed`, logged: a file that no longer parses leaves the previous
+        accounts in force (the broker and the proxy call this every second)."""
+        try:
+            if self.reload_if_changed():
+                log.info("ACL file %s reloaded", self.path)
+        except ConfigError as exc:
+            log.error("%s; the previous ACL stays in force", exc)

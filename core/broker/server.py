@@ -101,11 +101,7 @@ async def _housekeeping(broker: Broker) -> None:
         for group in broker.clients.expire(broker.now_ms(), CLIENT_IDLE_MS):
             broker.consumer_group_changed(group)
         if broker.acl is not None:
-            try:
-                if broker.acl.reload_if_changed():
-                    log.info("ACL file %s reloaded", broker.acl.path)
-            except ConfigError as exc:
-                log.error("%s; the previous ACL stays in force", exc)
+            broker.acl.keep_current()
         if trio.current_time() >= next_persist:
             await trio.to_thread.run_sync(broker.offsets.save)
             next_persist = trio.current_time() + persist_every

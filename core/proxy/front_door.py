@@ -16,6 +16,11 @@ since 4.9.5 do) goes to a member of that group:
 On the proxy's own port it is the clients' name server: routes and the cluster table come from
 the name servers with the doors in place of broker addresses; other name-server requests are
 passed through.
+
+With ACL on, every request for a broker is checked here against the same accounts file as the
+brokers' (the client's own address counts for white lists), and forwarded with its signature
+unchanged, so the brokers check it again: never white-list a proxy's address at the brokers, or
+everyone behind it would pass there.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import logging
 import orjson
 import trio
 
+from core.broker.acl_file import AclFile
 from core.errors import RemotingError
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
@@ -54,7 +60,7 @@ class FrontDoor:
     """The processor of every listener of one proxy; ``door_group`` names the listener's group."""
 
     def __init__(self, nursery: trio.Nursery, doors: Doors, view: ClusterView, namesrv_client: RemotingClient,
-                 namesrv: list[str], *, elects: bool, failover_wait_s: float) -> None:
+                 namesrv: list[str], *, elects: bool, failover_wait_s: float, acl: AclFile | None = None) -> None:
         self._nursery = nursery
         self.doors = doors
         self.view = view
@@ -62,6 +68,7 @@ class FrontDoor:
         self._namesrv = list(namesrv)
         self._elects = elects
         self._failover_wait_s = failover_wait_s
+        self.acl = acl
         self.forwarded = 0  # requests sent on to a broker
         self.resent = 0  # sends sent again on a new master after the first one failed
         self.sessions = 0  # client connections with upstream connections now
@@ -99,6 +106,11 @@ class FrontDoor:
             return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": self.runtime_table()}))
         if group is None or request.code in ROUTING:
             return self._as_name_server(request)
+        if self.acl is not None:
+            refused = self.acl.policy.check(request, split_address(conn.remote)[0] if ":" in conn.remote else "")
+            if refused is not None:
+                log.warning("refused request %d from %s: %s", request.code, conn.remote, refused)
+                return request.reply(ResponseCode.NO_PERMISSION, refused)
         self.forwarded += 1
         if request.code in EVERY_MEMBER:
             return self._to_every_member(request, conn, group)

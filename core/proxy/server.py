@@ -7,6 +7,7 @@ import logging
 
 import trio
 
+from core.broker.acl_file import AclFile
 from core.config import Config, ProxyNode
 from core.plugin_manager import PluginHost
 from core.proxy.cluster_view import ClusterView
@@ -16,6 +17,8 @@ from core.remoting.client import open_remoting_client, split_address
 from core.remoting.server import serve_remoting
 
 log = logging.getLogger(__name__)
+
+ACL_RELOAD_S = 1.0
 
 
 async def serve_proxy(
@@ -27,9 +30,12 @@ async def serve_proxy(
     async with open_remoting_client(plugins=plugins) as client, trio.open_nursery() as nursery:
         view = ClusterView(client, config.namesrv_addresses)
         await nursery.start(view.run)
+        acl = AclFile(config.acl_file) if config.acl.enabled else None
         front = FrontDoor(nursery, doors, view, client, config.namesrv_addresses,
                           elects=config.replication.mode == "dledger",
-                          failover_wait_s=config.proxy.failover_wait_ms / 1000)
+                          failover_wait_s=config.proxy.failover_wait_ms / 1000, acl=acl)
+        if acl is not None:
+            nursery.start_soon(_reload_acl, acl)
         listeners: list[tuple[str | None, str]] = [(None, node.listen), *doors.listens.items()]
         bound = 0
         for group, listen in listeners:
@@ -41,3 +47,10 @@ async def serve_proxy(
             bound = bound or got
             log.info("proxy %s: %s on %s:%d", node.name, f"door of {group}" if group else "routes", host, got)
         task_status.started(bound)
+
+
+async def _reload_acl(acl: AclFile) -> None:
+    """Re-read the accounts file when it changes, as the brokers do."""
+    while True:
+        await trio.sleep(ACL_RELOAD_S)
+        acl.keep_current()

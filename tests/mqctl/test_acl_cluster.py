@@ -37,7 +37,7 @@ PRODUCER = Credentials("producer-key", "producer-secret")
 def acl_cluster(tmp_path, subprocess_env):
     (tmp_path / "plain_acl.yml").write_text(ACL_FILE)
     acl = 'enabled = true\nfile = "plain_acl.yml"\naccess_key = "admin-key"\nsecret_key = "admin-secret"'
-    with running_cluster(tmp_path, subprocess_env, acl=acl) as cluster:
+    with running_cluster(tmp_path, subprocess_env, acl=acl, proxies=1) as cluster:
         yield cluster
 
 
@@ -88,19 +88,27 @@ async def test_our_client_signed_unsigned_wrongly_signed_denied_and_white_listed
     assert max_offset(acl_cluster) > stored
 
 
-def test_stock_client_with_session_credentials(acl_cluster):
+@pytest.mark.parametrize("entry", ["direct", "proxy"])
+def test_stock_client_with_session_credentials(acl_cluster, entry):
+    """Directly, or through the proxy: there the proxy checks each request first (and the
+    broker again), so the refused ones never reach a broker."""
+    namesrv = acl_cluster.namesrv if entry == "direct" else acl_cluster.proxies[0]
     producer = {"ROCKETMQ_ACCESS_KEY": "producer-key", "ROCKETMQ_SECRET_KEY": "producer-secret"}
     consumer = {"ROCKETMQ_ACCESS_KEY": "consumer-key", "ROCKETMQ_SECRET_KEY": "consumer-secret"}
-    sent = acl_cluster.cpp("produce", acl_cluster.namesrv, "Orders", "5", env=producer)
+    sent = acl_cluster.cpp("produce", namesrv, "Orders", "5", env=producer)
     assert [r.get("status") for r in sent] == [0] * 5, sent
-    got = acl_cluster.cpp("consume", acl_cluster.namesrv, "billing", "Orders", "*", "5", "60", env=consumer)
+    got = acl_cluster.cpp("consume", namesrv, "billing", "Orders", "*", "5", "60", env=consumer)
     assert sorted(r["idx"] for r in got) == [str(i) for i in range(5)]
 
     stored = max_offset(acl_cluster)
-    denied = acl_cluster.cpp("produce", acl_cluster.namesrv, "Payments", "2", env=producer)
+    denied = acl_cluster.cpp("produce", namesrv, "Payments", "2", env=producer)
     assert len(denied) == 2 and all("error" in r for r in denied), denied
     wrong = dict(producer, ROCKETMQ_SECRET_KEY="a-guessed-secret")
-    forged = acl_cluster.cpp("produce", acl_cluster.namesrv, "Orders", "2", env=wrong)
+    forged = acl_cluster.cpp("produce", namesrv, "Orders", "2", env=wrong)
     assert len(forged) == 2 and all("error" in r for r in forged), forged
     assert max_offset(acl_cluster) == stored
+    proxy_log = (acl_cluster.config.parent / "data" / "logs" / "proxy1.log").read_text()
+    refused_at_proxy = ("no PUB permission on topic 'Payments'" in proxy_log,
+                        "signature check failed for AccessKey 'producer-key'" in proxy_log)
+    assert refused_at_proxy == ((True, True) if entry == "proxy" else (False, False))
 
