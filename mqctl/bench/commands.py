@@ -29,10 +29,11 @@ from mqctl.bench import filters as bench_filters
 from mqctl.bench.analyze import bench_analyze
 from mqctl.bench.clusters import SETUPS
 from mqctl.bench.failover import bench_failover
+from mqctl.bench.proxy_overhead import compare_through_proxy
 from mqctl.bench.runs import machine, run_workers
-from mqctl.common.context import load
+from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
-from mqctl.common.options import JsonOutput, LatencyFault
+from mqctl.common.options import JsonOutput, LatencyFault, ViaProxy
 
 
 class SendApi(str, enum.Enum):
@@ -242,13 +243,25 @@ def bench_produce(
     api: Annotated[SendApi, typer.Option(help="async: send_async with a window of N; "
                                               "sync: N tasks each awaiting send.")] = SendApi.ASYNC,
     latency_fault: LatencyFault = False,
+    proxy: ViaProxy = None,
+    compare_proxy: Annotated[bool, typer.Option(
+        "--compare-proxy", help="Alternate rounds direct and through a proxy (--proxy, else the config's "
+                                "first): each round, then the medians, their ratio and each process's CPU.")] = False,
+    rounds: Annotated[int, typer.Option(help="Rounds of each kind with --compare-proxy.", min=1)] = 3,
     as_json: JsonOutput = False,
 ) -> None:
     """Send 1 KiB messages to the running cluster with N in flight: msgs/s, MB/s, p50/p99
     (and each client's latency fault table, with --latency-fault)."""
     config = load(ctx)
+    if compare_proxy:
+        if proxy is None and not config.proxies:
+            raise CliError(f"--compare-proxy needs a proxy: {config.source} has no [[proxies]] (or give --proxy)")
+        compare_through_proxy(config, proxy or config.proxies[0].name, rounds, as_json,
+                              lambda namesrv: _produce_run(config, topic, messages, size, inflight, processes,
+                                                           auto_batch, batch_max, api, latency_fault, namesrv))
+        return
     result = _produce_run(config, topic, messages, size, inflight, processes, auto_batch, batch_max, api,
-                          latency_fault)
+                          latency_fault, namesrv_addresses(config, proxy))
     batching = ""
     requests, batched = int(result["batch_requests"]), int(result["batched"])  # type: ignore[call-overload]
     if auto_batch and requests:
@@ -260,8 +273,9 @@ def bench_produce(
 
 
 def _produce_run(config: Config, topic: str, messages: int, size: int, inflight: int, processes: int,
-                 auto_batch: bool, batch_max: int, api: SendApi, latency_fault: bool) -> dict[str, object]:
-    result = run_workers("produce", {"namesrv": config.namesrv_addresses, "topic": topic, "messages": messages, "size": size,
+                 auto_batch: bool, batch_max: int, api: SendApi, latency_fault: bool,
+                 namesrv: list[str]) -> dict[str, object]:
+    result = run_workers("produce", {"namesrv": namesrv, "topic": topic, "messages": messages, "size": size,
                                      "inflight": inflight, "auto_batch": auto_batch, "api": api.value,
                                      "batch_max": batch_max, "latency_fault": latency_fault}, processes, config)
     result.update(inflight=inflight, auto_batch=auto_batch, api=api.value, latency_fault=latency_fault)
@@ -289,7 +303,7 @@ def bench_selection(
     for r in range(rounds):
         for fault_on in ((False, True) if r % 2 == 0 else (True, False)):  # who goes first alternates
             run = _produce_run(config, topic, messages, 1024, inflight, 1, auto_batch, BATCH_MESSAGES_MAX,
-                               SendApi.ASYNC, fault_on)
+                               SendApi.ASYNC, fault_on, namesrv_addresses(config))
             runs[fault_on].append(run)
             if not as_json:
                 typer.echo(f"round {r + 1} latency fault {'on ' if fault_on else 'off'}: {run['msgs_per_s']:>7,} msgs/s, "

@@ -111,3 +111,22 @@ def test_bench_consume_compares_sql92_with_tags_and_says_when_filtering_is_off(t
         off = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "50", "--rounds", "1")
         assert off.returncode != 0 and "set broker.enable_property_filter = true" in off.stderr, off.stderr
         assert "Traceback" not in off.stderr
+
+
+def test_bench_produce_compares_a_proxy_with_sending_directly(tmp_path, subprocess_env):
+    with running_cluster(tmp_path, subprocess_env, proxies=1) as cluster:
+        assert cluster.mqctl("topic", "create", "BenchTopic", "--queues", "4").returncode == 0
+        out = cluster.mqctl("bench", "produce", "--compare-proxy", "--rounds", "2", "--messages", "600", "--json")
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert result["proxy"] == "proxy1" and len(result["round_ratios"]) == 2 and result["ratio"] > 0
+        direct, proxied = result["direct"], result["proxied"]
+        assert direct["msgs_per_s"] > 0 and proxied["msgs_per_s"] > 0
+        # the proxy works only for the proxied rounds; every process is reported for both
+        assert set(direct["cpu_us_per_msg"]) == set(proxied["cpu_us_per_msg"]) == {"ns1", "broker-a-0", "proxy1", "clients"}
+        assert proxied["cpu_us_per_msg"]["proxy1"] > direct["cpu_us_per_msg"]["proxy1"]
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    with running_cluster(alone, subprocess_env) as cluster:
+        refused = cluster.mqctl("bench", "produce", "--compare-proxy")
+        assert refused.returncode != 0 and "has no [[proxies]]" in refused.stderr
