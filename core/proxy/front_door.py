@@ -106,6 +106,9 @@ class FrontDoor:
             return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": self.runtime_table()}))
         if group is None or request.code in ROUTING:
             return self._as_name_server(request)
+        if group not in self.view.groups and group not in self.doors.listens:
+            return request.reply(ResponseCode.SYSTEM_ERROR, f"proxy: no broker group named {group[:100]!r} "
+                                 f"(groups: {', '.join(sorted(self.view.groups)) or 'none yet'})")
         if self.acl is not None:
             refused = self.acl.policy.check(request, split_address(conn.remote)[0] if ":" in conn.remote else "")
             if refused is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from core.client.lookup import query_messages
 from core.client.producer import Message
 from core.client.runtime import open_client
 from core.client.transaction_producer import TransactionProducer, TransactionState
@@ -42,6 +43,14 @@ def test_mqctl_sends_and_tails_through_the_proxy_and_status_shows_it(proxied: Cl
     tailed = proxied.mqctl("tail", "ViaProxy", "--from-beginning", "--count", "3", "--json", "--proxy", proxy)
     assert tailed.returncode == 0, tailed.stderr
     assert sorted(json.loads(line)["body"] for line in tailed.stdout.splitlines()) == ["one", "three", "two"]
+    sent_by_key = proxied.mqctl("send", "ViaProxy", "keyed", "--key", "order-7", "--proxy", "proxy1")
+    assert sent_by_key.returncode == 0, sent_by_key.stderr
+
+    async def query() -> list[str]:  # QUERY_MESSAGE goes to the door of each group, then to its master
+        async with open_client([proxy]) as client:
+            return [r.body.decode() for r in await query_messages(client, "ViaProxy", "order-7")]
+
+    assert trio.run(query) == ["keyed"]
     wrong = proxied.mqctl("send", "ViaProxy", "x", "--proxy", "proxy9")
     assert wrong.returncode != 0 and "--proxy takes a proxy of" in wrong.stderr and "proxy1" in wrong.stderr
     stopped = proxied.mqctl("stop", "proxy1", "--json")
