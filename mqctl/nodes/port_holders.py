@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import random
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,16 +128,29 @@ _HANDED_OUT: set[int] = set()  # ports this process gave out: a config's nodes n
 
 def free_port(span: int = 2) -> int:
     """A loopback port free with the ``span - 1`` ports after it (a broker's HA port is its port
-    + 1; a proxy's doors follow its port), none of them given out by an earlier call: the kernel
-    may hand the same free port to two calls in a row, and two nodes of one config would then
-    collide."""
+    + 1; a proxy's doors follow its port), none of them given out by an earlier call.
+
+    The ports come from below the kernel's ephemeral range: a port from that range can be taken
+    as the source port of any outgoing connection while its node is down (a restart, a mode
+    switch), and the node then cannot listen on it again."""
+    low, _ = _ephemeral_range()
+    first = max(1024, min(PORTS_FROM, low - 4 * span))
     while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
+        port = random.randrange(first, low - span)
         wanted = set(range(port, port + span))
-        if port + span > 65535 or (wanted | {port - 1}) & _HANDED_OUT:
+        if (wanted | {port - 1}) & _HANDED_OUT:
             continue
-        if all(port_is_free("127.0.0.1", p) for p in wanted if p != port):
+        if all(port_is_free("127.0.0.1", p) for p in wanted):
             _HANDED_OUT.update(wanted)
             return port
+
+
+PORTS_FROM = 20000  # above the shipped conf.toml's ports (9876, 10911...)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
