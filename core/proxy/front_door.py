@@ -153,16 +153,14 @@ class FrontDoor:
         while True:
             master = await self.view.wait_master(group, deadline)
             if master is None:
-                return self._no_master(request, group, tried)
+                return self._no_master(request, group)
             if tried is not None:
                 self.resent += 1
             tried = master
             try:
-                upstream = await session.upstream(group, master)
-                if request.is_oneway:
-                    await upstream.oneway(copy_request(request))
+                resp = await self._forward(session, group, master, request, self._timeout(request, deadline))
+                if resp is None:
                     return None
-                resp = await upstream.request(copy_request(request), self._timeout(request, deadline))
             except RemotingError as exc:  # closed, refused or timed out: a dead or cut-off master
                 log.info("%s to %s (group %s) failed: %s", _name(request), master, group, exc)
                 session.drop(master)
@@ -175,11 +173,21 @@ class FrontDoor:
                 continue  # it stopped leading: the new leader gets the send
             return copy_response(request, resp)
 
+    @staticmethod
+    async def _forward(session: ClientSession, group: str, member: str, request: RemotingCommand,
+                       timeout_s: float) -> RemotingCommand | None:
+        """``request`` on the session's connection to ``member``: its answer (None: a oneway)."""
+        upstream = await session.upstream(group, member)
+        if request.is_oneway:
+            await upstream.oneway(copy_request(request))
+            return None
+        return await upstream.request(copy_request(request), timeout_s)
+
     async def _master_moved(self, group: str, old: str) -> bool:
         await self.view.refresh()
         return self.view.master(group) != old
 
-    def _no_master(self, request: RemotingCommand, group: str, tried: str | None) -> RemotingCommand | None:
+    def _no_master(self, request: RemotingCommand, group: str) -> RemotingCommand | None:
         if request.is_oneway:
             return None
         if self._elects:
@@ -198,11 +206,9 @@ class FrontDoor:
         last_error = f"broker group {group} is not known to the name servers"
         for member in members:
             try:
-                upstream = await session.upstream(group, member)
-                if request.is_oneway:
-                    await upstream.oneway(copy_request(request))
+                resp = await self._forward(session, group, member, request, self._timeout(request, None))
+                if resp is None:
                     return None
-                resp = await upstream.request(copy_request(request), self._timeout(request, None))
             except RemotingError as exc:
                 last_error = f"{member}: {exc}"
                 session.drop(member)
