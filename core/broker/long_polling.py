@@ -11,6 +11,7 @@ from core.hookspecs import hookimpl
 from core.store.dispatch import DispatchBatch
 
 PARKED_MAX = 100_000
+ANY_QUEUE = -1  # a waiter for every queue of a topic (a POP of all its queues)
 
 
 class PullHold:
@@ -28,10 +29,11 @@ class PullHold:
         return event
 
     def wake(self, keys: Iterable[tuple[str, int]]) -> None:
-        for key in keys:
-            event = self._waiting.pop(key, None)
-            if event is not None:
-                event.set()
+        for topic, queue_id in keys:
+            for key in ((topic, queue_id), (topic, ANY_QUEUE)):
+                event = self._waiting.pop(key, None)
+                if event is not None:
+                    event.set()
 
     @hookimpl
     def mq_records_dispatched(self, store_dir: object, requests: DispatchBatch) -> None:

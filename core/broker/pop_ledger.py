@@ -62,6 +62,12 @@ class ReviveLedger:
             del self._waiting[ck.key()]
         return ready
 
+    def put_back(self, ck: CheckPoint) -> None:
+        """A due checkpoint whose messages could not be re-put: it waits again (progress stays
+        before it), to be tried at the next round."""
+        self._waiting[ck.key()] = ck
+        self._waiting = dict(sorted(self._waiting.items(), key=lambda item: item[1].revive_offset))
+
     def committable(self) -> int:
         """The revive-queue offset up to which everything is handled (-1: nothing yet)."""
         if not self._waiting:

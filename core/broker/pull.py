@@ -145,7 +145,7 @@ def pull_once(broker: Broker, header: PullHeader, message_filter: MessageFilter 
             data = store.commitlog.read(entry.phys_offset, entry.size)
         except KeyError:
             continue  # its segment was retired under us
-        if selector is not None and not _selected(selector, data):
+        if selector is not None and not selected_by(selector, data):
             continue
         parts.append(data)
         size += entry.size
@@ -156,7 +156,7 @@ def pull_once(broker: Broker, header: PullHeader, message_filter: MessageFilter 
     return PullOutcome(ResponseCode.PULL_RETRY_IMMEDIATELY, next_offset, low, high)
 
 
-def _selected(selector: Selector, record: bytes) -> bool:
+def selected_by(selector: Selector, record: bytes) -> bool:
     try:
         return selector.matches(record_properties(record))
     except FormatError:

@@ -9,6 +9,7 @@ import trio
 
 from core.broker.broker import Broker
 from core.broker.long_polling import PullHold
+from core.broker.pop_revive import revive_loop
 from core.broker.registration import registration_loop, unregister_all
 from core.broker.request_table import HANDLERS
 from core.broker.slave_sync import slave_sync_loop
@@ -82,6 +83,7 @@ async def _follow_role(broker: Broker, client: RemotingClient) -> None:
             if broker.replication.writable:  # a replica's log only grows by replication
                 nursery.start_soon(broker.schedule.run)
                 nursery.start_soon(broker.transactions.run)
+                nursery.start_soon(revive_loop, broker)
             else:
                 nursery.start_soon(slave_sync_loop, broker, client)
             await broker.replication.wait_role_changed()

@@ -47,6 +47,12 @@ class RequestCode(enum.IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
+    # RocketMQ 5's POP consumption over remoting
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    BATCH_ACK_MESSAGE = 200151
     # mqctl's own (RocketMQ 4.x has no broker request for it): hand a raft group's leadership to
     # the member named in extFields "target"; answered at once, the election follows within a lease
     TRANSFER_LEADERSHIP = 60001
@@ -75,8 +81,12 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_NOT_EXIST = 24
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    INVALID_PARAMETER = 29
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
+    NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
 
 

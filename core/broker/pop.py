@@ -1,0 +1,269 @@
+"""POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME: RocketMQ 5's POP consumption over
+remoting (PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor).
+
+A POP hands out up to 32 messages of a queue (or of every read queue), commits the group's
+offset past them at once, and writes a checkpoint into the broker's revive topic saying which
+messages went out and until when they stay invisible. An ack writes an ack record there; the
+revive service (:mod:`core.broker.pop_revive`) later puts every message of a due checkpoint that
+was not acked into the group's POP retry topic, with one more delivery attempt. Checkpoints and
+acks are ordinary records of the CommitLog, so they are flushed, replicated and recovered like
+messages; the answer waits for them as a send would.
+
+Not served yet (answered with a clear remark): FIFO POPs (``order``), BATCH_ACK_MESSAGE,
+NOTIFICATION.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
+
+from core.broker.consumer_filters import FilterRefused, MessageFilter
+from core.broker.headers import HeaderFieldError
+from core.broker.long_polling import ANY_QUEUE
+from core.broker.pop_headers import INIT_MAX, POLL_TIME_MAX_MS, POP_MESSAGES_MAX, AckHeader, PopHeader
+from core.broker.pull import selected_by
+from core.broker.responses import response_code
+from core.remoting.codes import ResponseCode
+from core.remoting.command import RemotingCommand
+from core.remoting.connection import Connection, Reply
+from formats.pop import RETRY_NORMAL, RETRY_V1, Ack, CheckPoint, retry_topic
+from formats.properties import TAGS, UNIQ_KEY
+from formats.record import MessageRecord
+
+if TYPE_CHECKING:
+    from core.broker.broker import Broker
+
+REVIVE_QUEUES = 8  # RocketMQ's reviveQueueNum
+RETRY_FIRST_PERCENT = 20  # RocketMQ's popFromRetryProbability
+_revive_qids = itertools.count()
+
+
+def revive_topic(cluster: str) -> str:
+    return f"rmq_sys_REVIVE_LOG_{cluster}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class Popped:
+    """What one POP found: the records, and per queue its checkpoint and new offset."""
+
+    parts: list[bytes] = field(default_factory=list)
+    checkpoints: list[tuple[int, CheckPoint]] = field(default_factory=list)  # (retry flag, checkpoint)
+    commits: list[tuple[str, int, int]] = field(default_factory=list)  # (topic, queue, next offset)
+    rest: int = 0
+
+
+def handle_pop(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+    try:
+        header = PopHeader.of(request)
+    except HeaderFieldError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    if header.max_msg_nums > POP_MESSAGES_MAX or header.max_msg_nums < 1:
+        return request.reply(ResponseCode.INVALID_PARAMETER, f"maxMsgNums {header.max_msg_nums} is not in [1, 32]")
+    if header.order:
+        return request.reply(ResponseCode.SYSTEM_ERROR, "FIFO (order) POP is not served by this broker yet")
+    config = broker.topics.get(header.topic)
+    if config is None:
+        return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
+    if not config.readable or not broker.replication.writable:
+        return request.reply(ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] is not readable here "
+                             "(POP needs the group's master)")
+    if header.queue_id >= config.read_queue_nums:
+        return request.reply(ResponseCode.INVALID_PARAMETER, f"queueId {header.queue_id} is not below "
+                             f"{config.read_queue_nums}, the topic's read queues")
+    try:
+        message_filter = broker.clients.filters.filter_for(header.group, header.topic, header.expression_type,
+                                                           header.expression)
+    except FilterRefused as exc:
+        return request.reply(exc.code, exc.remark)
+    queues = [header.queue_id] if header.queue_id >= 0 else list(range(config.read_queue_nums))
+    return _pop(broker, request, header, message_filter, queues)
+
+
+async def _pop(broker: Broker, request: RemotingCommand, header: PopHeader, message_filter: MessageFilter,
+               queues: list[int]) -> RemotingCommand:
+    poll_s = min(max(header.poll_time_ms, 0), POLL_TIME_MAX_MS) / 1000
+    deadline = trio.current_time() + poll_s
+    while True:
+        arrival = broker.hold.waiter(header.topic, header.queue_id if header.queue_id >= 0 else ANY_QUEUE)
+        popped = pop_once(broker, header, message_filter, queues)
+        if popped.parts:
+            return await _answer(broker, request, header, popped)
+        if trio.current_time() >= deadline:
+            return request.reply(ResponseCode.POLLING_TIMEOUT, "no new message")
+        with trio.move_on_at(deadline):
+            await arrival.wait()
+
+
+def pop_once(broker: Broker, header: PopHeader, message_filter: MessageFilter, queues: list[int]) -> Popped:
+    """Read what one POP hands out; nothing is written yet."""
+    popped = Popped()
+    retry = retry_topic(header.group, header.topic, RETRY_V1)
+    sources = [(header.topic, q, RETRY_NORMAL) for q in _rotated(queues)]
+    if broker.topics.get(retry) is not None:  # a retry topic has one queue; it is read with MATCH_ALL
+        first = random.randrange(100) < RETRY_FIRST_PERCENT
+        sources = [(retry, 0, RETRY_V1), *sources] if first else [*sources, (retry, 0, RETRY_V1)]
+    for topic, queue_id, flag in sources:
+        wanted = header.max_msg_nums - len(popped.parts)
+        if wanted <= 0:
+            popped.rest += max(0, broker.store.max_queue_offset(topic, queue_id) - _start(broker, header, topic, queue_id))
+            continue
+        _pop_queue(broker, header, message_filter if flag == RETRY_NORMAL else None, topic, queue_id, flag,
+                   wanted, popped)
+    return popped
+
+
+def _rotated(queues: list[int]) -> list[int]:
+    if len(queues) < 2:
+        return queues
+    first = random.randrange(len(queues))
+    return queues[first:] + queues[:first]
+
+
+def _start(broker: Broker, header: PopHeader, topic: str, queue_id: int) -> int:
+    """Where the group reads ``topic``/``queue_id`` next (initMode when it never did)."""
+    committed = broker.offsets.get(header.group, topic, queue_id)
+    store = broker.store
+    low = store.min_queue_offset(topic, queue_id)
+    if committed is not None:
+        return max(committed, low)
+    if header.init_mode == INIT_MAX and not topic.startswith("%RETRY%"):
+        return max(low, store.max_queue_offset(topic, queue_id) - 1)
+    return low
+
+
+def _pop_queue(broker: Broker, header: PopHeader, message_filter: MessageFilter | None, topic: str, queue_id: int,
+               flag: int, wanted: int, popped: Popped) -> None:
+    store = broker.store
+    start = _start(broker, header, topic, queue_id)
+    high = store.max_queue_offset(topic, queue_id)
+    if start >= high:
+        return
+    codes = message_filter.codes if message_filter is not None else None
+    selector = message_filter.selector if message_filter is not None else None
+    offsets: list[int] = []
+    next_offset = start
+    for index, entry in store.iter_queue_entries(topic, queue_id, start, max(wanted, 256)):
+        if len(offsets) >= wanted:
+            break
+        next_offset = index + 1
+        if codes is not None and entry.tags_code not in codes:
+            continue
+        try:
+            data = store.commitlog.read(entry.phys_offset, entry.size)
+        except KeyError:
+            continue
+        if selector is not None and not selected_by(selector, data):
+            continue
+        popped.parts.append(data)
+        offsets.append(index)
+    popped.commits.append((topic, queue_id, next_offset))
+    popped.rest += max(0, high - next_offset)
+    if offsets:
+        popped.checkpoints.append((flag, CheckPoint(
+            topic=topic, group=header.group, queue_id=queue_id, start_offset=start, pop_time_ms=0,
+            invisible_time_ms=header.invisible_time_ms, broker_name=broker.node.name,
+            offset_deltas=[o - start for o in offsets])))
+
+
+async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, popped: Popped) -> RemotingCommand:
+    pop_time = now_ms()
+    revive_qid = next(_revive_qids) % REVIVE_QUEUES
+    records = []
+    for _, ck in popped.checkpoints:
+        ck.pop_time_ms = pop_time
+        records.append(revive_record(broker, revive_qid, "ck", ck.to_json(),
+                                     f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{pop_time}@{ck.broker_name}@ck"))
+    try:
+        results = broker.writes.put(records)
+    except Exception as exc:  # nothing handed out: the offsets stay
+        return request.reply(*response_code(exc))
+    for topic, queue_id, next_offset in popped.commits:  # offsets move at pop time, as RocketMQ's
+        broker.offsets.commit(header.group, topic, queue_id, next_offset)
+    if broker.writes.waits:
+        code, remark = await broker.writes.confirmed(results)
+        if code != ResponseCode.SUCCESS:
+            return request.reply(code, remark or "the checkpoint was stored but not confirmed as asked")
+    start_info = ";".join(f"{flag} {ck.queue_id} {ck.start_offset}" for flag, ck in popped.checkpoints)
+    msg_info = ";".join(f"{flag} {ck.queue_id} {','.join(map(str, ck.offsets))}" for flag, ck in popped.checkpoints)
+    return request.reply(ResponseCode.SUCCESS, "FOUND", ext_fields={
+        "popTime": str(pop_time), "invisibleTime": str(header.invisible_time_ms), "reviveQid": str(revive_qid),
+        "restNum": str(popped.rest), "startOffsetInfo": start_info, "msgOffsetInfo": msg_info,
+    }, body=b"".join(popped.parts))
+
+
+def revive_record(broker: Broker, revive_qid: int, tag: str, body: bytes, uniq_key: str) -> MessageRecord:
+    """A checkpoint or ack record of the revive topic (created on first use, one queue per qid)."""
+    topic = revive_topic(broker.cluster)
+    if broker.topics.ensure(topic, REVIVE_QUEUES)[1]:
+        broker.topics_changed()
+    now = now_ms()
+    return MessageRecord(topic=topic, body=body, properties={TAGS: tag, UNIQ_KEY: uniq_key}, queue_id=revive_qid,
+                         born_timestamp=now, born_host=broker.store_host, store_host=broker.store_host)
+
+
+def handle_ack(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+    return _ack_or_change(broker, request, change=False)
+
+
+def handle_change_invisible(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+    return _ack_or_change(broker, request, change=True)
+
+
+def _ack_or_change(broker: Broker, request: RemotingCommand, *, change: bool) -> Reply:
+    try:
+        header = AckHeader.of(request, change=change)
+    except HeaderFieldError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    config = broker.topics.get(header.topic)
+    if config is None:
+        return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
+    if not 0 <= header.queue_id < config.read_queue_nums:
+        return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"queueId {header.queue_id} is not a read queue of "
+                             f"{header.topic}")
+    low, high = broker.store.min_queue_offset(header.topic, header.queue_id), \
+        broker.store.max_queue_offset(header.topic, header.queue_id)
+    if not low <= header.offset < high:
+        return request.reply(ResponseCode.NO_MESSAGE, f"offset {header.offset} is not in [{low}, {high}) of "
+                             f"{header.topic}/{header.queue_id}")
+    if header.handle.ordered:
+        return request.reply(ResponseCode.SYSTEM_ERROR, "FIFO (order) POP is not served by this broker yet")
+    return _write_ack(broker, request, header, change)
+
+
+async def _write_ack(broker: Broker, request: RemotingCommand, header: AckHeader, change: bool) -> RemotingCommand:
+    handle = header.handle
+    records = []
+    reply_fields: dict[str, str] = {}
+    if change:  # a one-message checkpoint for the new time, then the old one acked
+        pop_time = now_ms()
+        ck = CheckPoint(topic=header.topic, group=header.group, queue_id=header.queue_id,
+                        start_offset=header.offset, pop_time_ms=pop_time, invisible_time_ms=header.invisible_time_ms,
+                        broker_name=broker.node.name, offset_deltas=[0])
+        records.append(revive_record(broker, handle.revive_qid, "ck", ck.to_json(),
+                                     f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{pop_time}@{ck.broker_name}@ck"))
+        reply_fields = {"popTime": str(pop_time), "invisibleTime": str(header.invisible_time_ms),
+                        "reviveQid": str(handle.revive_qid)}
+    ack = Ack(topic=header.topic, group=header.group, queue_id=header.queue_id, start_offset=handle.ck_start_offset,
+              pop_time_ms=handle.pop_time_ms, broker_name=handle.broker_name, offsets=(header.offset,))
+    records.append(revive_record(broker, handle.revive_qid, ack.tag, ack.to_json(),
+                                 f"{ack.topic}@{ack.queue_id}@{header.offset}@{ack.group}@{ack.pop_time_ms}"
+                                 f"@{ack.broker_name}@ack"))
+    try:
+        results = broker.writes.put(records)
+    except Exception as exc:
+        return request.reply(*response_code(exc))
+    if broker.writes.waits:
+        code, remark = await broker.writes.confirmed(results)
+        if code != ResponseCode.SUCCESS:
+            return request.reply(code, remark or "the ack was stored but not confirmed as asked")
+    return request.reply(ResponseCode.SUCCESS, ext_fields=reply_fields)

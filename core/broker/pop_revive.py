@@ -1,0 +1,109 @@
+"""The revive service of POP consumption (RocketMQ's PopReviveService): on the group's master,
+every second, read each revive queue on from its committed progress, feed the ledger
+(:mod:`core.broker.pop_ledger`), and put every message of a due checkpoint that nobody acked
+into the group's POP retry topic with one more delivery attempt, then commit the progress.
+
+The progress is an ordinary consumer offset (group ``CID_RMQ_SYS_REVIVE_GROUP``): a restarted
+broker, or a new raft leader, reads on from it, so an un-acked message is revived even if its
+broker went down in between (at worst twice: delivery is at least once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from core.broker.pop import REVIVE_QUEUES, now_ms, revive_topic
+from core.broker.pop_ledger import ReviveLedger
+from core.errors import StoreError
+from formats.errors import FormatError
+from formats.pop import RETRY_V1, Ack, CheckPoint, retry_topic
+from formats.properties import TAGS
+
+if TYPE_CHECKING:
+    from core.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
+REVIVE_INTERVAL_S = 1.0
+READ_BATCH = 512  # revive-queue entries read per queue and round
+FIRST_POP_TIME = "1ST_POP_TIME"
+
+
+async def revive_loop(broker: Broker) -> None:
+    """Run while this broker is writable (the caller cancels it when the role changes)."""
+    topic = revive_topic(broker.cluster)
+    ledgers: dict[int, ReviveLedger] = {}
+    while True:
+        for qid in range(REVIVE_QUEUES):
+            ledger = ledgers.get(qid)
+            if ledger is None:
+                ledger = ledgers[qid] = ReviveLedger()
+                ledger.read_to = (broker.offsets.get(REVIVE_GROUP, topic, qid) or 0) - 1
+            await revive_queue(broker, topic, qid, ledger)
+        await trio.sleep(REVIVE_INTERVAL_S)
+
+
+async def revive_queue(broker: Broker, topic: str, qid: int, ledger: ReviveLedger) -> int:
+    """One round on one revive queue; returns how many messages went to retry topics."""
+    store = broker.store
+    if store.max_queue_offset(topic, qid) <= ledger.read_to + 1:
+        entries = []
+    else:
+        entries = store.queue_entries(topic, qid, ledger.read_to + 1, READ_BATCH)
+    for index, entry in entries:
+        try:
+            rec = store.read_record(entry.phys_offset)
+            tag = rec.properties.get(TAGS)
+            if tag == "ck":
+                ledger.feed_checkpoint(index, CheckPoint.from_json(rec.body))
+            elif tag in ("ack", "bAck"):
+                ledger.feed_ack(index, Ack.from_json(rec.body))
+            else:
+                ledger.skip(index)
+        except (KeyError, FormatError) as exc:  # an unreadable record is read past, and said so
+            log.warning("revive queue %d offset %d skipped: %s", qid, index, exc)
+            ledger.skip(index)
+    revived = 0
+    for ck in ledger.due(now_ms()):
+        try:
+            revived += await _revive(broker, ck)
+        except StoreError as exc:  # tried again next round; the progress stays before it
+            log.warning("reviving %s/%d from offset %d failed: %s", ck.topic, ck.queue_id, ck.start_offset, exc)
+            ledger.put_back(ck)
+    committed = ledger.committable() + 1
+    if committed > (broker.offsets.get(REVIVE_GROUP, topic, qid) or 0):
+        broker.offsets.commit(REVIVE_GROUP, topic, qid, committed)
+    return revived
+
+
+async def _revive(broker: Broker, ck: CheckPoint) -> int:
+    """Put the un-acked messages of ``ck`` into the POP retry topic; how many."""
+    store = broker.store
+    target = ck.topic if ck.topic.startswith("%RETRY%") else retry_topic(ck.group, ck.topic, RETRY_V1)
+    copies = []
+    for offset in ck.unacked_offsets():
+        found = store.queue_entries(ck.topic, ck.queue_id, offset, 1)
+        if not found or found[0][0] != offset:
+            continue  # retired by retention meanwhile
+        try:
+            rec = store.read_record(found[0][1].phys_offset)
+        except (KeyError, FormatError):
+            continue
+        props = dict(rec.properties)
+        props.setdefault(FIRST_POP_TIME, str(ck.pop_time_ms))
+        copies.append(dataclasses.replace(
+            rec, topic=target, queue_id=0, properties=props, properties_text=None,
+            reconsume_times=rec.reconsume_times + 1, born_host=broker.store_host, store_host=broker.store_host))
+    if not copies:
+        return 0
+    if broker.topics.ensure(target, 1)[1]:
+        broker.topics_changed()
+    results = broker.writes.put(copies)
+    if broker.writes.waits:
+        await broker.writes.confirmed(results)
+    return len(copies)

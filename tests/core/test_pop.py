@@ -1,0 +1,143 @@
+"""POP consumption over remoting on a real broker (in process, real TCP): pop, ack, change the
+invisible time, revive what was not acked, across a broker restart."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from core.client.producer import Message, Producer
+from core.client.runtime import open_client
+from core.remoting.client import open_remoting_client
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+from formats.record import MessageRecord, decode_records
+from tests.core.cluster_harness import start_cluster
+
+GROUP = "PopGroup"
+
+
+@pytest.fixture
+async def pop_cluster(nursery, tmp_path):
+    cluster = await start_cluster(nursery, tmp_path)
+    running = await cluster.start_broker()
+    return cluster, running
+
+
+async def send(namesrv: list[str], topic: str, count: int) -> list[str]:
+    async with open_client(namesrv) as client:
+        producer = Producer(client, "PopProducer")
+        return [(await producer.send(Message(topic, f"m{i}".encode(), tags="A" if i % 2 == 0 else "B"))).msg_id
+                for i in range(count)]
+
+
+def pop_request(topic: str, *, invisible_ms: int = 1000, max_nums: int = 32, exp: str = "*",
+                poll_ms: int = 0) -> RemotingCommand:
+    return RemotingCommand(code=RequestCode.POP_MESSAGE, ext_fields={
+        "consumerGroup": GROUP, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_nums),
+        "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": "0", "initMode": "0",
+        "expType": "TAG", "exp": exp})
+
+
+def handles(resp: RemotingCommand) -> list[tuple[MessageRecord, str]]:
+    """Each popped record with the receipt handle a client builds from the response header."""
+    ext = resp.ext_fields
+    starts = {}
+    for entry in ext["startOffsetInfo"].split(";"):
+        flag, queue, start = entry.split()
+        starts[(flag, int(queue))] = int(start)
+    out = []
+    for rec in decode_records(resp.body):
+        flag = "1" if rec.topic.startswith("%RETRY%") else "0"
+        start = starts[(flag, rec.queue_id)]
+        out.append((rec, f"{start} {ext['popTime']} {ext['invisibleTime']} {ext['reviveQid']} {flag} broker-a "
+                         f"{rec.queue_id} {rec.queue_offset}"))
+    return out
+
+
+def ack_request(rec: MessageRecord, handle: str, *, change_ms: int | None = None) -> RemotingCommand:
+    fields = {"consumerGroup": GROUP, "topic": rec.topic, "queueId": str(rec.queue_id), "extraInfo": handle,
+              "offset": str(rec.queue_offset)}
+    if change_ms is None:
+        return RemotingCommand(code=RequestCode.ACK_MESSAGE, ext_fields=fields)
+    return RemotingCommand(code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext_fields=dict(fields, invisibleTime=str(change_ms)))
+
+
+async def pop_until(client, address: str, topic: str, want: int, deadline_s: float) -> list[tuple[MessageRecord, str]]:
+    got: list[tuple[MessageRecord, str]] = []
+    with trio.fail_after(deadline_s):
+        while len(got) < want:
+            resp = await client.invoke(address, pop_request(topic, poll_ms=500))
+            if resp.code == ResponseCode.SUCCESS:
+                got += handles(resp)
+            else:
+                assert resp.code == ResponseCode.POLLING_TIMEOUT, (resp.code, resp.remark)
+    return got
+
+
+async def test_what_is_not_acked_comes_back_once_with_one_more_attempt(pop_cluster):
+    cluster, running = pop_cluster
+    ids = await send(cluster.namesrv, "PopTopic", 6)
+    async with open_remoting_client() as client:
+        first = await pop_until(client, running.address, "PopTopic", 6, 10)
+        assert sorted(r.uniq_key for r, _ in first) == sorted(ids) and {r.reconsume_times for r, _ in first} == {0}
+        empty = await client.invoke(running.address, pop_request("PopTopic"))  # handed out: invisible now
+        assert empty.code == ResponseCode.POLLING_TIMEOUT
+        acked = {r.uniq_key for r, _ in first[:3]}
+        for rec, handle in first[:3]:
+            resp = await client.invoke(running.address, ack_request(rec, handle))
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        again = await pop_until(client, running.address, "PopTopic", 3, 15)
+        assert {r.uniq_key for r, _ in again} == set(ids) - acked
+        assert {r.reconsume_times for r, _ in again} == {1} and {r.topic for r, _ in again} == {"%RETRY%PopGroup_PopTopic"}
+        assert sorted(r.body for r, _ in again) == sorted(r.body for r, _ in first[3:])
+        for rec, handle in again:  # acked on the retry topic: nothing comes back any more
+            assert (await client.invoke(running.address, ack_request(rec, handle))).code == ResponseCode.SUCCESS
+        with trio.move_on_after(3):  # three revive rounds past the invisible time
+            extra = await pop_until(client, running.address, "PopTopic", 1, 10)
+            raise AssertionError(f"acked messages came back: {extra}")
+
+
+async def test_a_longer_invisible_time_keeps_a_message_away_and_bad_requests_get_rocketmqs_codes(pop_cluster):
+    cluster, running = pop_cluster
+    await send(cluster.namesrv, "PopKeep", 2)
+    async with open_remoting_client() as client:
+        first = await pop_until(client, running.address, "PopKeep", 2, 10)
+        (kept, kept_handle), (other, _) = first
+        changed = await client.invoke(running.address, ack_request(kept, kept_handle, change_ms=60_000))
+        assert changed.code == ResponseCode.SUCCESS and changed.ext_fields["invisibleTime"] == "60000"
+        back = await pop_until(client, running.address, "PopKeep", 1, 15)
+        assert [r.uniq_key for r, _ in back] == [other.uniq_key]
+
+        too_many = await client.invoke(running.address, pop_request("PopKeep", max_nums=33))
+        assert too_many.code == ResponseCode.INVALID_PARAMETER
+        unknown = await client.invoke(running.address, pop_request("NoSuchTopic"))
+        assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
+        forged = ack_request(kept, "1 2 3 x 0 broker-a 0 0")
+        assert (await client.invoke(running.address, forged)).code == ResponseCode.SYSTEM_ERROR
+        beyond = ack_request(kept, kept_handle)
+        beyond.ext_fields["offset"] = "999999"
+        assert (await client.invoke(running.address, beyond)).code == ResponseCode.NO_MESSAGE
+
+
+async def test_tags_filter_what_a_pop_hands_out(pop_cluster):
+    cluster, running = pop_cluster
+    await send(cluster.namesrv, "PopTags", 8)
+    async with open_remoting_client() as client:
+        resp = await client.invoke(running.address, pop_request("PopTags", exp="A"))
+        assert resp.code == ResponseCode.SUCCESS
+        assert sorted(r.body for r, _ in handles(resp)) == [b"m0", b"m2", b"m4", b"m6"]
+
+
+async def test_a_message_popped_before_a_broker_restart_and_never_acked_comes_back(pop_cluster):
+    cluster, running = pop_cluster
+    ids = await send(cluster.namesrv, "PopRestart", 4)
+    port = int(running.address.rsplit(":", 1)[1])
+    async with open_remoting_client() as client:
+        first = await pop_until(client, running.address, "PopRestart", 4, 10)
+        assert len(first) == 4
+    await cluster.stop_broker(running.name)
+    running = await cluster.start_broker(port=port)
+    async with open_remoting_client() as client:
+        again = await pop_until(client, running.address, "PopRestart", 4, 20)
+    assert sorted(r.uniq_key for r, _ in again) == sorted(ids) and {r.reconsume_times for r, _ in again} == {1}
