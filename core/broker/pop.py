@@ -9,18 +9,23 @@ was not acked into the group's POP retry topic, with one more delivery attempt. 
 acks are ordinary records of the CommitLog, so they are flushed, replicated and recovered like
 messages; the answer waits for them as a send would.
 
-Not served yet (answered with a clear remark): FIFO POPs (``order``), BATCH_ACK_MESSAGE,
-NOTIFICATION.
+BATCH_ACK_MESSAGE acks many messages at once (its body names, per checkpoint, a bitset of the
+acked offsets); NOTIFICATION says whether a POP would find something, long-polling like a POP.
+
+Not served yet (answered with a clear remark): FIFO POPs (``order``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import random
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import orjson
 import trio
 
 from core.broker.consumer_filters import FilterRefused, MessageFilter
@@ -32,7 +37,15 @@ from core.broker.responses import response_code
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
-from formats.pop import RETRY_NORMAL, RETRY_V1, Ack, CheckPoint, retry_topic
+from formats.pop import (
+    CHECKPOINT_MESSAGES_MAX,
+    RETRY_NORMAL,
+    RETRY_V1,
+    Ack,
+    CheckPoint,
+    PopRecordError,
+    retry_topic,
+)
 from formats.properties import TAGS, UNIQ_KEY
 from formats.record import MessageRecord
 
@@ -209,6 +222,92 @@ def revive_record(broker: Broker, revive_qid: int, tag: str, body: bytes, uniq_k
     now = now_ms()
     return MessageRecord(topic=topic, body=body, properties={TAGS: tag, UNIQ_KEY: uniq_key}, queue_id=revive_qid,
                          born_timestamp=now, born_host=broker.store_host, store_host=broker.store_host)
+
+
+def handle_notification(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+    """NOTIFICATION: hasMsg at once when a POP would find a message, else after a long poll."""
+    ext = request.ext_fields
+    pop_like = RemotingCommand(code=request.code, ext_fields={
+        **ext, "maxMsgNums": "1", "invisibleTime": "1", "initMode": ext.get("initMode", "0")})
+    try:
+        header = PopHeader.of(pop_like)
+    except HeaderFieldError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    config = broker.topics.get(header.topic)
+    if config is None:
+        return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
+    if header.queue_id >= config.read_queue_nums:
+        return request.reply(ResponseCode.INVALID_PARAMETER, f"queueId {header.queue_id} is not a read queue")
+    queues = [header.queue_id] if header.queue_id >= 0 else list(range(config.read_queue_nums))
+    return _notify(broker, request, header, queues)
+
+
+async def _notify(broker: Broker, request: RemotingCommand, header: PopHeader, queues: list[int]) -> RemotingCommand:
+    deadline = trio.current_time() + min(max(header.poll_time_ms, 0), POLL_TIME_MAX_MS) / 1000
+    retry = retry_topic(header.group, header.topic, RETRY_V1)
+    while True:
+        arrival = broker.hold.waiter(header.topic, header.queue_id if header.queue_id >= 0 else ANY_QUEUE)
+        sources = [(header.topic, q) for q in queues] + ([(retry, 0)] if broker.topics.get(retry) else [])
+        has = any(_start(broker, header, t, q) < broker.store.max_queue_offset(t, q) for t, q in sources)
+        if has or trio.current_time() >= deadline:
+            return request.reply(ResponseCode.SUCCESS, ext_fields={"hasMsg": str(has).lower(), "pollingFull": "false"})
+        with trio.move_on_at(deadline):
+            await arrival.wait()
+
+
+def handle_batch_ack(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+    """BATCH_ACK_MESSAGE: per checkpoint, the acked offsets as a bitset over (offset - start)."""
+    try:
+        acks = batch_acks(request.body)
+    except HeaderFieldError as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    return _write_batch_acks(broker, request, acks)
+
+
+def batch_acks(body: bytes) -> list[tuple[int, Ack]]:
+    """BatchAckMessageRequestBody as (revive queue, ack) pairs; HeaderFieldError when malformed."""
+    try:
+        doc = orjson.loads(body)
+        broker_name = doc["brokerName"]
+        entries = doc["acks"]
+        if not isinstance(entries, list) or len(entries) > 1024:
+            raise ValueError("acks must be a list of at most 1024 entries")
+        out = []
+        for entry in entries:
+            bits = int.from_bytes(base64.b64decode(entry["b"], validate=True), "little")
+            if bits.bit_length() > CHECKPOINT_MESSAGES_MAX:
+                raise ValueError(f"an ack bitset of {bits.bit_length()} bits (a checkpoint has at most 32)")
+            start = int(entry["so"])
+            topic = retry_topic(entry["c"], entry["t"], int(entry["r"]))
+            offsets = tuple(start + i for i in range(bits.bit_length()) if bits >> i & 1)
+            if offsets:
+                ack = Ack(topic=topic, group=entry["c"], queue_id=int(entry["q"]), start_offset=start,
+                          pop_time_ms=int(entry["pt"]), broker_name=broker_name, offsets=offsets)
+                out.append((int(entry["rq"]), Ack.from_json(ack.to_json())))  # every field checked
+        return out
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, binascii.Error, PopRecordError) as exc:
+        raise HeaderFieldError(f"the batch ack body: {exc}") from None
+
+
+async def _write_batch_acks(broker: Broker, request: RemotingCommand, acks: list[tuple[int, Ack]]) -> RemotingCommand:
+    records = []
+    for revive_qid, ack in acks:
+        if not 0 <= revive_qid < REVIVE_QUEUES:
+            return request.reply(ResponseCode.SYSTEM_ERROR, f"revive queue {revive_qid} is not one of this broker's")
+        records.append(revive_record(broker, revive_qid, ack.tag, ack.to_json(),
+                                     f"{ack.topic}@{ack.queue_id}@{ack.offsets[0]}@{ack.group}@{ack.pop_time_ms}"
+                                     f"@{ack.broker_name}@{ack.tag}"))
+    if not records:
+        return request.reply(ResponseCode.SUCCESS)
+    try:
+        results = broker.writes.put(records)
+    except Exception as exc:
+        return request.reply(*response_code(exc))
+    if broker.writes.waits:
+        code, remark = await broker.writes.confirmed(results)
+        if code != ResponseCode.SUCCESS:
+            return request.reply(code, remark or "the acks were stored but not confirmed as asked")
+    return request.reply(ResponseCode.SUCCESS)
 
 
 def handle_ack(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:

@@ -24,6 +24,8 @@ HANDLERS: Mapping[int, Handler] = MappingProxyType({
     RequestCode.POP_MESSAGE: pop.handle_pop,
     RequestCode.ACK_MESSAGE: pop.handle_ack,
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: pop.handle_change_invisible,
+    RequestCode.BATCH_ACK_MESSAGE: pop.handle_batch_ack,
+    RequestCode.NOTIFICATION: pop.handle_notification,
     RequestCode.CONSUMER_SEND_MSG_BACK: handle_send_back,
     RequestCode.END_TRANSACTION: handle_end_transaction,
     RequestCode.LOCK_BATCH_MQ: client_requests.lock_batch,

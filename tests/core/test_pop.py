@@ -141,3 +141,65 @@ async def test_a_message_popped_before_a_broker_restart_and_never_acked_comes_ba
     async with open_remoting_client() as client:
         again = await pop_until(client, running.address, "PopRestart", 4, 20)
     assert sorted(r.uniq_key for r, _ in again) == sorted(ids) and {r.reconsume_times for r, _ in again} == {1}
+
+
+def batch_ack_body(popped: list[tuple[MessageRecord, str]]) -> bytes:
+    """BatchAckMessageRequestBody: per checkpoint, a bitset (Java BitSet bytes, base64) of offset - start."""
+    import base64
+
+    import orjson
+
+    entries: dict[tuple[str, ...], dict] = {}
+    for rec, handle in popped:
+        start, pop_time, invisible, revive_qid, flag, _, queue, offset = handle.split()
+        topic = rec.topic.split("_", 1)[1] if flag == "1" else rec.topic
+        entry = entries.setdefault((start, pop_time, queue, flag), {
+            "c": GROUP, "t": topic, "r": flag, "so": int(start), "q": int(queue), "rq": int(revive_qid),
+            "pt": int(pop_time), "it": int(invisible), "bits": 0})
+        entry["bits"] |= 1 << (int(offset) - int(start))
+    acks = [dict({k: v for k, v in e.items() if k != "bits"},
+                 b=base64.b64encode(e["bits"].to_bytes(4, "little")).decode()) for e in entries.values()]
+    return orjson.dumps({"brokerName": "broker-a", "acks": acks})
+
+
+async def test_a_batch_ack_acks_every_message_it_names(pop_cluster):
+    cluster, running = pop_cluster
+    await send(cluster.namesrv, "PopBatch", 5)
+    async with open_remoting_client() as client:
+        first = await pop_until(client, running.address, "PopBatch", 5, 10)
+        resp = await client.invoke(running.address, RemotingCommand(
+            code=RequestCode.BATCH_ACK_MESSAGE, body=batch_ack_body(first)))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        bad = await client.invoke(running.address, RemotingCommand(code=RequestCode.BATCH_ACK_MESSAGE, body=b"{"))
+        assert bad.code == ResponseCode.SYSTEM_ERROR and "batch ack body" in (bad.remark or "")
+        with trio.move_on_after(3):
+            extra = await pop_until(client, running.address, "PopBatch", 1, 10)
+            raise AssertionError(f"batch-acked messages came back: {extra}")
+
+
+async def test_notification_says_whether_a_pop_would_find_a_message_and_waits_for_one(pop_cluster):
+    cluster, running = pop_cluster
+    await send(cluster.namesrv, "PopNotify", 1)
+
+    def notification(poll_ms: int) -> RemotingCommand:
+        return RemotingCommand(code=RequestCode.NOTIFICATION, ext_fields={
+            "consumerGroup": GROUP, "topic": "PopNotify", "queueId": "-1", "pollTime": str(poll_ms), "bornTime": "0"})
+
+    async with open_remoting_client() as client:
+        assert (await client.invoke(running.address, notification(0))).ext_fields["hasMsg"] == "true"
+        await pop_until(client, running.address, "PopNotify", 1, 10)
+        assert (await client.invoke(running.address, notification(0))).ext_fields["hasMsg"] == "false"
+        started = trio.current_time()
+        parked = await client.invoke(running.address, notification(1000))  # nothing comes: the poll runs out
+        assert parked.ext_fields["hasMsg"] == "false" and trio.current_time() - started >= 0.9
+        answer: list[RemotingCommand] = []
+
+        async def wait() -> None:
+            answer.append(await client.invoke(running.address, notification(10_000), timeout_s=15))
+
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await send(cluster.namesrv, "PopNotify", 1)
+        # woken by the arrival (or asked after it): well before its 10 s poll ends
+        assert answer[0].ext_fields["hasMsg"] == "true" and trio.current_time() - started < 5
