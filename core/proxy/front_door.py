@@ -3,7 +3,8 @@
 A request arriving on a group's door (or naming a group in ``bname``/``n``, as Java clients
 since 4.9.5 do) goes to a member of that group:
 
-- writes (sends, send-backs, end-transaction, queue locks) to the master. Under raft, while the
+- writes (sends, send-backs, end-transaction, queue locks, and every POP request: POPs write
+  checkpoints) to the master. Under raft, while the
   group has no leader the request waits for one, up to ``failover_wait_s`` from its arrival; a
   send that fails on a member that died or stopped leading is sent again to the new leader in
   that window. A send that reached the old leader may have been stored there too, so a resent
@@ -46,11 +47,17 @@ log = logging.getLogger(__name__)
 
 WRITES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
                     RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION,
-                    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.UPDATE_AND_CREATE_TOPIC})
+                    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                    # POP writes checkpoints and acks, and reads the master's offsets
+                    RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE,
+                    RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.NOTIFICATION})
 SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 EVERY_MEMBER = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT})
 ROUTING = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO})
 
+# requests a broker may hold (long polling): the field naming for how long, and its default
+LONG_POLLS = {RequestCode.PULL_MESSAGE: ("suspendTimeoutMillis", 15_000), RequestCode.POP_MESSAGE: ("pollTime", 0),
+              RequestCode.NOTIFICATION: ("pollTime", 0)}
 REQUEST_TIMEOUT_S = 5.0
 PULL_EXTRA_S = 5.0  # beyond a long poll's suspend time
 NAMESRV_TIMEOUT_S = 3.0
@@ -171,7 +178,10 @@ class FrontDoor:
             if (resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in SENDS
                     and trio.current_time() < deadline and await self._master_moved(group, master)):
                 continue  # it stopped leading: the new leader gets the send
-            return copy_response(request, resp)
+            answer = copy_response(request, resp)
+            if request.code == RequestCode.POP_MESSAGE:
+                self._through_door(answer, group)
+            return answer
 
     @staticmethod
     async def _forward(session: ClientSession, group: str, member: str, request: RemotingCommand,
@@ -260,11 +270,13 @@ class FrontDoor:
                 log.warning("a pull answer from group %s does not walk as records: %s", group, exc)
 
     def _timeout(self, request: RemotingCommand, deadline: float | None) -> float:
-        if request.code == RequestCode.PULL_MESSAGE:
+        held = LONG_POLLS.get(request.code)
+        if held is not None:  # the broker may hold it that long: waiting less would call it dead
+            field, default_ms = held
             try:
-                suspend_s = int(request.ext_fields.get("suspendTimeoutMillis", "15000")) / 1000
+                suspend_s = int(request.ext_fields.get(field, str(default_ms))) / 1000
             except ValueError:
-                suspend_s = 15.0
+                suspend_s = default_ms / 1000
             return min(max(suspend_s, 0.0), 60.0) + PULL_EXTRA_S
         if deadline is not None and request.code in SENDS:
             return max(deadline - trio.current_time(), REQUEST_TIMEOUT_S)

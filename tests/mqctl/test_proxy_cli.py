@@ -82,3 +82,39 @@ def test_a_check_back_reaches_the_producer_connected_through_the_proxy(proxied: 
     got = proxied.mqctl("tail", "TxProxied", "--from-beginning", "--count", "1", "--json", "--proxy", "proxy1")
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout)["body"] == "decided later"
+
+
+def test_pop_and_ack_go_through_a_door_to_the_master(proxied: Cluster) -> None:
+    from core.remoting.client import open_remoting_client
+    from core.remoting.codes import RequestCode, ResponseCode
+    from core.remoting.command import RemotingCommand
+    from formats.record import decode_records
+
+    sent = proxied.mqctl("send", "PopProxied", "--proxy", "proxy1", "--json", input="a\nb\n")
+    assert sent.returncode == 0, sent.stderr
+    host, port = proxied.proxies[0].rsplit(":", 1)
+    door = f"{host}:{int(port) + 1}"  # broker-a's door
+
+    async def run() -> list[int]:
+        async with open_remoting_client() as client:
+            popped = []
+            with trio.fail_after(20):
+                while len(popped) < 2:
+                    resp = await client.invoke(door, RemotingCommand(code=RequestCode.POP_MESSAGE, ext_fields={
+                        "consumerGroup": "PG", "topic": "PopProxied", "queueId": "-1", "maxMsgNums": "32",
+                        "invisibleTime": "30000", "pollTime": "8000", "bornTime": "0", "initMode": "0"}), timeout_s=15)
+                    assert resp.code in (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT), resp.remark
+                    if resp.code == ResponseCode.SUCCESS:
+                        ext = resp.ext_fields
+                        starts = {int(e.split()[1]): e.split()[2] for e in ext["startOffsetInfo"].split(";")}
+                        for rec in decode_records(resp.body):
+                            assert rec.store_host == (host, int(port) + 1)  # the door, not the broker
+                            handle = (f"{starts[rec.queue_id]} {ext['popTime']} {ext['invisibleTime']} "
+                                      f"{ext['reviveQid']} 0 broker-a {rec.queue_id} {rec.queue_offset}")
+                            acked = await client.invoke(door, RemotingCommand(code=RequestCode.ACK_MESSAGE, ext_fields={
+                                "consumerGroup": "PG", "topic": "PopProxied", "queueId": str(rec.queue_id),
+                                "extraInfo": handle, "offset": str(rec.queue_offset)}))
+                            popped.append(acked.code)
+            return popped
+
+    assert trio.run(run) == [ResponseCode.SUCCESS] * 2
