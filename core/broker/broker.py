@@ -16,6 +16,7 @@ from core.broker.clients import ClientRegistry
 from core.broker.consumer_filters import ConsumerFilterTable
 from core.broker.long_polling import PullHold
 from core.broker.offsets import ConsumerOffsets
+from core.broker.pop_order import OrderBook
 from core.broker.queue_locks import QueueLocks
 from core.broker.replication import Replication
 from core.broker.request_names import request_name_problem
@@ -74,6 +75,7 @@ class Broker:
         self.bind(split_address(node.listen)[1])
         self.schedule = ScheduleService(store, root / "config", self.store_host)
         self.queue_locks = QueueLocks()
+        self.pop_order = OrderBook()  # FIFO POPs' outstanding batches
         self.transactions = TransactionService(store, root / "config", self.settings, self.store_host,
                                                self.producer_connections, self.schedule.hold_if_delayed)
         self.acl = AclFile(config.acl_file) if config.acl.enabled else None

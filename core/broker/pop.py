@@ -12,7 +12,10 @@ messages; the answer waits for them as a send would.
 BATCH_ACK_MESSAGE acks many messages at once (its body names, per checkpoint, a bitset of the
 acked offsets); NOTIFICATION says whether a POP would find something, long-polling like a POP.
 
-Not served yet (answered with a clear remark): FIFO POPs (``order``).
+FIFO POPs (``order``) write no checkpoint: the queue stays blocked for the group while its last
+batch is out (:mod:`core.broker.pop_order`), the same ``attemptId`` gets the same batch again, an
+ack moves the committed offset past the acked prefix, and a batch that becomes visible again
+un-acked is handed out once more with its count raised (``orderCountInfo``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from core.broker.consumer_filters import FilterRefused, MessageFilter
 from core.broker.headers import HeaderFieldError
 from core.broker.long_polling import ANY_QUEUE
 from core.broker.pop_headers import INIT_MAX, POLL_TIME_MAX_MS, POP_MESSAGES_MAX, AckHeader, PopHeader
+from core.broker.pop_order import Turn
 from core.broker.pull import selected_by
 from core.broker.responses import response_code
 from core.remoting.codes import ResponseCode
@@ -39,6 +43,7 @@ from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from formats.pop import (
     CHECKPOINT_MESSAGES_MAX,
+    ORDER_REVIVE_QID,
     RETRY_NORMAL,
     RETRY_V1,
     Ack,
@@ -71,6 +76,7 @@ class Popped:
 
     parts: list[bytes] = field(default_factory=list)
     checkpoints: list[tuple[int, CheckPoint]] = field(default_factory=list)  # (retry flag, checkpoint)
+    ordered: list[tuple[int, list[int], dict[int, int]]] = field(default_factory=list)  # FIFO: (queue, offsets, counts)
     commits: list[tuple[str, int, int]] = field(default_factory=list)  # (topic, queue, next offset)
     rest: int = 0
 
@@ -82,8 +88,6 @@ def handle_pop(broker: Broker, request: RemotingCommand, conn: Connection) -> Re
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     if header.max_msg_nums > POP_MESSAGES_MAX or header.max_msg_nums < 1:
         return request.reply(ResponseCode.INVALID_PARAMETER, f"maxMsgNums {header.max_msg_nums} is not in [1, 32]")
-    if header.order:
-        return request.reply(ResponseCode.SYSTEM_ERROR, "FIFO (order) POP is not served by this broker yet")
     config = broker.topics.get(header.topic)
     if config is None:
         return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
@@ -120,6 +124,11 @@ async def _pop(broker: Broker, request: RemotingCommand, header: PopHeader, mess
 def pop_once(broker: Broker, header: PopHeader, message_filter: MessageFilter, queues: list[int]) -> Popped:
     """Read what one POP hands out; nothing is written yet."""
     popped = Popped()
+    if header.order:  # FIFO: no retry topic, no checkpoint; one batch out per queue at a time
+        for queue_id in queues:
+            if len(popped.parts) < header.max_msg_nums:
+                _pop_ordered(broker, header, message_filter, queue_id, popped)
+        return popped
     retry = retry_topic(header.group, header.topic, RETRY_V1)
     sources = [(header.topic, q, RETRY_NORMAL) for q in _rotated(queues)]
     if broker.topics.get(retry) is not None:  # a retry topic has one queue; it is read with MATCH_ALL
@@ -133,6 +142,38 @@ def pop_once(broker: Broker, header: PopHeader, message_filter: MessageFilter, q
         _pop_queue(broker, header, message_filter if flag == RETRY_NORMAL else None, topic, queue_id, flag,
                    wanted, popped)
     return popped
+
+
+def _pop_ordered(broker: Broker, header: PopHeader, message_filter: MessageFilter, queue_id: int,
+                 popped: Popped) -> None:
+    key = (header.group, header.topic, queue_id)
+    now = now_ms()
+    turn, batch = broker.pop_order.turn(key, now, header.attempt_id)
+    if turn is Turn.BLOCKED:
+        return
+    if turn is Turn.NEW:
+        found = Popped()
+        _pop_queue(broker, header, message_filter, header.topic, queue_id, RETRY_NORMAL,
+                   header.max_msg_nums - len(popped.parts), found)
+        popped.rest += found.rest
+        offsets = found.checkpoints[0][1].offsets if found.checkpoints else []
+        if not offsets:
+            popped.commits += found.commits  # read past what the filter left out
+            return
+        next_offset = found.commits[0][2]
+        batch = broker.pop_order.hand_out(key, offsets, next_offset, now, header.invisible_time_ms, header.attempt_id)
+        popped.parts += found.parts
+    else:
+        assert batch is not None
+        if turn is Turn.AGAIN:
+            batch = broker.pop_order.hand_out(key, batch.pending(), batch.next_offset, now,
+                                              header.invisible_time_ms, header.attempt_id)
+        for offset in batch.pending():
+            found_entries = broker.store.queue_entries(header.topic, queue_id, offset, 1)
+            if found_entries and found_entries[0][0] == offset:
+                entry = found_entries[0][1]
+                popped.parts.append(broker.store.commitlog.read(entry.phys_offset, entry.size))
+    popped.ordered.append((queue_id, batch.pending(), batch.counts))
 
 
 def _rotated(queues: list[int]) -> list[int]:
@@ -190,6 +231,8 @@ def _pop_queue(broker: Broker, header: PopHeader, message_filter: MessageFilter 
 
 async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, popped: Popped) -> RemotingCommand:
     pop_time = now_ms()
+    if header.order:
+        return _answer_ordered(broker, request, header, popped, pop_time)
     revive_qid = next(_revive_qids) % REVIVE_QUEUES
     records = []
     for _, ck in popped.checkpoints:
@@ -212,6 +255,22 @@ async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, p
         "popTime": str(pop_time), "invisibleTime": str(header.invisible_time_ms), "reviveQid": str(revive_qid),
         "restNum": str(popped.rest), "startOffsetInfo": start_info, "msgOffsetInfo": msg_info,
     }, body=b"".join(popped.parts))
+
+
+def _answer_ordered(broker: Broker, request: RemotingCommand, header: PopHeader, popped: Popped,
+                    pop_time: int) -> RemotingCommand:
+    for topic, queue_id, next_offset in popped.commits:  # only queues whose messages were all filtered out
+        broker.offsets.commit(header.group, topic, queue_id, next_offset)
+    start_info = ";".join(f"0 {q} {offsets[0]}" for q, offsets, _ in popped.ordered)
+    msg_info = ";".join(f"0 {q} {','.join(map(str, offsets))}" for q, offsets, _ in popped.ordered)
+    counts = []
+    for q, offsets, seen in popped.ordered:
+        counts += [f"0 qo{q}%{o} {seen.get(o, 1) - 1}" for o in offsets]
+        counts.append(f"0 {q} {min(seen.get(o, 1) for o in offsets) - 1}")
+    return request.reply(ResponseCode.SUCCESS, "FOUND", ext_fields={
+        "popTime": str(pop_time), "invisibleTime": str(header.invisible_time_ms), "reviveQid": str(ORDER_REVIVE_QID),
+        "restNum": str(popped.rest), "startOffsetInfo": start_info, "msgOffsetInfo": msg_info,
+        "orderCountInfo": ";".join(counts)}, body=b"".join(popped.parts))
 
 
 def revive_record(broker: Broker, revive_qid: int, tag: str, body: bytes, uniq_key: str) -> MessageRecord:
@@ -335,8 +394,27 @@ def _ack_or_change(broker: Broker, request: RemotingCommand, *, change: bool) ->
         return request.reply(ResponseCode.NO_MESSAGE, f"offset {header.offset} is not in [{low}, {high}) of "
                              f"{header.topic}/{header.queue_id}")
     if header.handle.ordered:
-        return request.reply(ResponseCode.SYSTEM_ERROR, "FIFO (order) POP is not served by this broker yet")
+        return _ordered_ack(broker, request, header, change)
     return _write_ack(broker, request, header, change)
+
+
+def _ordered_ack(broker: Broker, request: RemotingCommand, header: AckHeader, change: bool) -> RemotingCommand:
+    """A FIFO message acked (the group's offset moves past the acked prefix, waiting POPs wake)
+    or given a new invisible time; nothing is written to the revive topic."""
+    key = (header.group, header.topic, header.queue_id)
+    if change:
+        now = now_ms()
+        visible_at = broker.pop_order.change_invisible(key, header.offset, now, header.invisible_time_ms)
+        if visible_at is None:
+            return request.reply(ResponseCode.NO_MESSAGE, f"offset {header.offset} is not out on this queue")
+        return request.reply(ResponseCode.SUCCESS, ext_fields={
+            "popTime": str(header.handle.pop_time_ms), "invisibleTime": str(visible_at - header.handle.pop_time_ms),
+            "reviveQid": str(ORDER_REVIVE_QID)})
+    committed = broker.pop_order.ack(key, header.offset)
+    if committed is not None:
+        broker.offsets.commit(header.group, header.topic, header.queue_id, committed)
+        broker.hold.wake([(header.topic, header.queue_id)])
+    return request.reply(ResponseCode.SUCCESS)
 
 
 async def _write_ack(broker: Broker, request: RemotingCommand, header: AckHeader, change: bool) -> RemotingCommand:

@@ -203,3 +203,56 @@ async def test_notification_says_whether_a_pop_would_find_a_message_and_waits_fo
             await send(cluster.namesrv, "PopNotify", 1)
         # woken by the arrival (or asked after it): well before its 10 s poll ends
         assert answer[0].ext_fields["hasMsg"] == "true" and trio.current_time() - started < 5
+
+
+def fifo_pop(topic: str, attempt: str, *, invisible_ms: int = 1000, poll_ms: int = 0) -> RemotingCommand:
+    request = pop_request(topic, invisible_ms=invisible_ms, poll_ms=poll_ms)
+    request.ext_fields.update(order="true", attemptId=attempt)
+    return request
+
+
+def fifo_handles(resp: RemotingCommand) -> list[tuple[MessageRecord, str, int]]:
+    """Each record, its handle (revive queue 999) and its delivery count from orderCountInfo."""
+    counts = {}
+    for entry in resp.ext_fields["orderCountInfo"].split(";"):
+        flag, where, count = entry.split()
+        if where.startswith("qo"):
+            queue, offset = where[2:].split("%")
+            counts[(int(queue), int(offset))] = int(count)
+    return [(rec, handle, counts[(rec.queue_id, rec.queue_offset)]) for rec, handle in handles(resp)]
+
+
+async def test_fifo_pops_keep_each_queue_blocked_until_its_batch_is_acked_or_visible_again(pop_cluster):
+    cluster, running = pop_cluster
+    await send(cluster.namesrv, "PopFifo", 8)
+    async with open_remoting_client() as client:
+        first = await client.invoke(running.address, fifo_pop("PopFifo", "a1"))
+        assert first.code == ResponseCode.SUCCESS and first.ext_fields["reviveQid"] == "999"
+        batch = fifo_handles(first)
+        assert len(batch) == 8 and {count for _, _, count in batch} == {0}
+        by_queue: dict[int, list[int]] = {}
+        for rec, _, _ in batch:
+            by_queue.setdefault(rec.queue_id, []).append(rec.queue_offset)
+        assert all(offsets == sorted(offsets) for offsets in by_queue.values())  # each queue in order
+
+        blocked = await client.invoke(running.address, fifo_pop("PopFifo", "a2"))
+        assert blocked.code == ResponseCode.POLLING_TIMEOUT  # every queue's batch is out
+        same = await client.invoke(running.address, fifo_pop("PopFifo", "a1"))  # the same attempt again
+        assert sorted(r.uniq_key for r, _, _ in fifo_handles(same)) == sorted(r.uniq_key for r, _, _ in batch)
+
+        *acked, (last, last_handle, _) = batch
+        for rec, handle, _ in acked:
+            assert (await client.invoke(running.address, ack_request(rec, handle))).code == ResponseCode.SUCCESS
+        # the last one's queue stays blocked until its invisible time ends; then it comes again, counted
+        with trio.fail_after(10):
+            while True:
+                again = await client.invoke(running.address, fifo_pop("PopFifo", "a3", poll_ms=300))
+                if again.code == ResponseCode.SUCCESS:
+                    break
+        [(rec, handle, count)] = fifo_handles(again)
+        assert (rec.uniq_key, count) == (last.uniq_key, 1)
+        assert (await client.invoke(running.address, ack_request(rec, handle))).code == ResponseCode.SUCCESS
+        assert (await client.invoke(running.address, fifo_pop("PopFifo", "a4"))).code == ResponseCode.POLLING_TIMEOUT
+        await send(cluster.namesrv, "PopFifo", 1)
+        [(fresh, _, fresh_count)] = fifo_handles(await client.invoke(running.address, fifo_pop("PopFifo", "a5")))
+        assert fresh.body == b"m0" and fresh_count == 0
