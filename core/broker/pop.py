@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 import orjson
 import trio
 
-from core.broker.consumer_filters import FilterRefused, MessageFilter
+from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
 from core.broker.headers import HeaderFieldError
 from core.broker.long_polling import ANY_QUEUE
 from core.broker.pop_headers import INIT_MAX, POLL_TIME_MAX_MS, POP_MESSAGES_MAX, AckHeader, PopHeader
 from core.broker.pop_order import Turn
-from core.broker.pull import selected_by
+from core.broker.pull import FILTER_SCAN_ENTRIES_MAX, matching_records
 from core.broker.responses import response_code
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
@@ -202,21 +202,14 @@ def _pop_queue(broker: Broker, header: PopHeader, message_filter: MessageFilter 
     high = store.max_queue_offset(topic, queue_id)
     if start >= high:
         return
-    codes = message_filter.codes if message_filter is not None else None
-    selector = message_filter.selector if message_filter is not None else None
     offsets: list[int] = []
     next_offset = start
-    for index, entry in store.iter_queue_entries(topic, queue_id, start, max(wanted, 256)):
+    scan = max(wanted, FILTER_SCAN_ENTRIES_MAX // 4)
+    for index, _, data in matching_records(store, topic, queue_id, start, scan, message_filter or MATCH_ALL):
         if len(offsets) >= wanted:
             break
         next_offset = index + 1
-        if codes is not None and entry.tags_code not in codes:
-            continue
-        try:
-            data = store.commitlog.read(entry.phys_offset, entry.size)
-        except KeyError:
-            continue
-        if selector is not None and not selected_by(selector, data):
+        if data is None:
             continue
         popped.parts.append(data)
         offsets.append(index)
@@ -229,6 +222,21 @@ def _pop_queue(broker: Broker, header: PopHeader, message_filter: MessageFilter 
             offset_deltas=[o - start for o in offsets])))
 
 
+async def _stored(broker: Broker, request: RemotingCommand, records: list[MessageRecord],
+                  what: str) -> RemotingCommand | None:
+    """Store ``records`` and wait for the flush and replicas as a send would; None when done,
+    else the error answer (nothing was handed out or acked)."""
+    try:
+        results = broker.writes.put(records)
+    except Exception as exc:
+        return request.reply(*response_code(exc))
+    if broker.writes.waits:
+        code, remark = await broker.writes.confirmed(results)
+        if code != ResponseCode.SUCCESS:
+            return request.reply(code, remark or f"the {what} was stored but not confirmed as asked")
+    return None
+
+
 async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, popped: Popped) -> RemotingCommand:
     pop_time = now_ms()
     if header.order:
@@ -239,16 +247,11 @@ async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, p
         ck.pop_time_ms = pop_time
         records.append(revive_record(broker, revive_qid, "ck", ck.to_json(),
                                      f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{pop_time}@{ck.broker_name}@ck"))
-    try:
-        results = broker.writes.put(records)
-    except Exception as exc:  # nothing handed out: the offsets stay
-        return request.reply(*response_code(exc))
+    failed = await _stored(broker, request, records, "checkpoint")
+    if failed is not None:
+        return failed
     for topic, queue_id, next_offset in popped.commits:  # offsets move at pop time, as RocketMQ's
         broker.offsets.commit(header.group, topic, queue_id, next_offset)
-    if broker.writes.waits:
-        code, remark = await broker.writes.confirmed(results)
-        if code != ResponseCode.SUCCESS:
-            return request.reply(code, remark or "the checkpoint was stored but not confirmed as asked")
     start_info = ";".join(f"{flag} {ck.queue_id} {ck.start_offset}" for flag, ck in popped.checkpoints)
     msg_info = ";".join(f"{flag} {ck.queue_id} {','.join(map(str, ck.offsets))}" for flag, ck in popped.checkpoints)
     return request.reply(ResponseCode.SUCCESS, "FOUND", ext_fields={
@@ -356,17 +359,8 @@ async def _write_batch_acks(broker: Broker, request: RemotingCommand, acks: list
         records.append(revive_record(broker, revive_qid, ack.tag, ack.to_json(),
                                      f"{ack.topic}@{ack.queue_id}@{ack.offsets[0]}@{ack.group}@{ack.pop_time_ms}"
                                      f"@{ack.broker_name}@{ack.tag}"))
-    if not records:
-        return request.reply(ResponseCode.SUCCESS)
-    try:
-        results = broker.writes.put(records)
-    except Exception as exc:
-        return request.reply(*response_code(exc))
-    if broker.writes.waits:
-        code, remark = await broker.writes.confirmed(results)
-        if code != ResponseCode.SUCCESS:
-            return request.reply(code, remark or "the acks were stored but not confirmed as asked")
-    return request.reply(ResponseCode.SUCCESS)
+    failed = await _stored(broker, request, records, "acks") if records else None
+    return failed or request.reply(ResponseCode.SUCCESS)
 
 
 def handle_ack(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
@@ -435,12 +429,5 @@ async def _write_ack(broker: Broker, request: RemotingCommand, header: AckHeader
     records.append(revive_record(broker, handle.revive_qid, ack.tag, ack.to_json(),
                                  f"{ack.topic}@{ack.queue_id}@{header.offset}@{ack.group}@{ack.pop_time_ms}"
                                  f"@{ack.broker_name}@ack"))
-    try:
-        results = broker.writes.put(records)
-    except Exception as exc:
-        return request.reply(*response_code(exc))
-    if broker.writes.waits:
-        code, remark = await broker.writes.confirmed(results)
-        if code != ResponseCode.SUCCESS:
-            return request.reply(code, remark or "the ack was stored but not confirmed as asked")
-    return request.reply(ResponseCode.SUCCESS, ext_fields=reply_fields)
+    failed = await _stored(broker, request, records, "ack")
+    return failed or request.reply(ResponseCode.SUCCESS, ext_fields=reply_fields)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,8 @@ from formats.record import record_properties
 if TYPE_CHECKING:
     from core.broker.broker import Broker
     from core.filter.sql92 import Selector
+    from core.store.message_store import MessageStore
+    from formats.consume_queue import CQEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,23 +131,16 @@ def pull_once(broker: Broker, header: PullHeader, message_filter: MessageFilter 
         return PullOutcome(ResponseCode.PULL_OFFSET_MOVED, high, low, high)
     settings = broker.settings
     count = max(1, min(header.max_msg_nums, settings.pull_batch_max))
-    codes, selector = message_filter.codes, message_filter.selector
     scan = count if message_filter.passes_all else max(count, FILTER_SCAN_ENTRIES_MAX)
     parts: list[bytes] = []
     size = 0
     next_offset = offset
     last_phys = store.commitlog.write_offset
-    for index, entry in store.iter_queue_entries(topic, queue_id, offset, scan):
+    for index, entry, data in matching_records(store, topic, queue_id, offset, scan, message_filter):
         if parts and (len(parts) >= count or size + entry.size > settings.pull_bytes_max):
             break
         next_offset = index + 1
-        if codes is not None and entry.tags_code not in codes:
-            continue
-        try:
-            data = store.commitlog.read(entry.phys_offset, entry.size)
-        except KeyError:
-            continue  # its segment was retired under us
-        if selector is not None and not selected_by(selector, data):
+        if data is None:
             continue
         parts.append(data)
         size += entry.size
@@ -154,6 +149,23 @@ def pull_once(broker: Broker, header: PullHeader, message_filter: MessageFilter 
         return PullOutcome(ResponseCode.SUCCESS, next_offset, low, high, b"".join(parts),
                            broker.suggested_reader(store.commitlog.write_offset - last_phys))
     return PullOutcome(ResponseCode.PULL_RETRY_IMMEDIATELY, next_offset, low, high)
+
+
+def matching_records(store: MessageStore, topic: str, queue_id: int, offset: int, scan: int,
+                     message_filter: MessageFilter) -> Iterator[tuple[int, CQEntry, bytes | None]]:
+    """Up to ``scan`` entries of a queue from ``offset``: each with its record's bytes, or None
+    when the filter leaves it out (or its segment was retired under us). Pulls and POPs read so."""
+    codes, selector = message_filter.codes, message_filter.selector
+    for index, entry in store.iter_queue_entries(topic, queue_id, offset, scan):
+        if codes is not None and entry.tags_code not in codes:
+            yield index, entry, None
+            continue
+        try:
+            data = store.commitlog.read(entry.phys_offset, entry.size)
+        except KeyError:
+            yield index, entry, None
+            continue
+        yield index, entry, data if selector is None or selected_by(selector, data) else None
 
 
 def selected_by(selector: Selector, record: bytes) -> bool:
