@@ -108,7 +108,8 @@ class FrontDoor:
 
     def process(self, request: RemotingCommand, conn: Connection, door_group: str | None) -> Reply:
         group = request.ext_fields.get("bname") or request.ext_fields.get("n") or door_group
-        log.debug("%s from %s for %s", _name(request), conn.remote, group or "the name servers")
+        if log.isEnabledFor(logging.DEBUG):  # not on every request: naming the code costs an enum lookup
+            log.debug("%s from %s for %s", _name(request), conn.remote, group or "the name servers")
         if group is None and request.code == RequestCode.GET_BROKER_RUNTIME_INFO:
             return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": self.runtime_table()}))
         if group is None or request.code in ROUTING:
