@@ -12,6 +12,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# the official RocketMQ 5 Python client, for the interop tests: its package is also named
+	# `rocketmq` (as the C++ client's is), so it lives in a folder of its own, on PYTHONPATH
+	# only in the child processes that run it (tests/interop/rmq5_client.py)
+	$(BIN)/python -m pip install --quiet --upgrade --target $(VENV)/clients/rocketmq5 rocketmq-python-client==5.1.2
 	touch $(STAMP)
 
 install: $(STAMP)
