@@ -275,10 +275,24 @@ class ProxySettings:
     # how long a write waits for a raft group to have a leader again (and a send that failed on
     # a leader that died may be sent again to the new one); the C++ client gives up after 3 s
     failover_wait_ms: int = 2500
+    # RocketMQ 5 consumers (gRPC): groups that consume in order (RocketMQ's consumeMessageOrderly
+    # group setting); a message group's next message waits until its predecessor is acked
+    fifo_groups: tuple[str, ...] = ()
+    # deliveries of one message before it goes to %DLQ%{group} (RocketMQ: retryMaxTimes 16 + 1)
+    max_delivery_attempts: int = 17
+    # the shortest invisible time a receive may ask for (RocketMQ's proxy: 10 s)
+    min_invisible_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if not 0 <= self.failover_wait_ms <= 60_000:
             raise ConfigError("proxy.failover_wait_ms must be between 0 and 60000")
+        if not isinstance(self.fifo_groups, (list, tuple)) or not all(isinstance(g, str) for g in self.fifo_groups):
+            raise ConfigError("proxy.fifo_groups must be a list of group names")
+        object.__setattr__(self, "fifo_groups", tuple(self.fifo_groups))
+        if not 1 <= self.max_delivery_attempts <= 1000:
+            raise ConfigError("proxy.max_delivery_attempts must be between 1 and 1000")
+        if not 0 <= self.min_invisible_ms <= 43_200_000:
+            raise ConfigError("proxy.min_invisible_ms must be between 0 and 43200000 (12 h)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,14 +308,18 @@ class ProxyNode:
     listen: str = "127.0.0.1:8080"
     # the address clients are told, when it is not ``listen`` (doors follow its port too)
     advertise: str = ""
+    # where RocketMQ 5 clients connect (gRPC, apache.rocketmq.v2.MessagingService; RocketMQ's
+    # proxy uses port 8081); empty: no gRPC front door. Routes name the address a client dialled.
+    grpc_listen: str = ""
 
     def __post_init__(self) -> None:
-        for key, value in (("listen", self.listen), ("advertise", self.advertise)):
-            if key == "advertise" and not value:
+        for key, value in (("listen", self.listen), ("advertise", self.advertise), ("grpc_listen", self.grpc_listen)):
+            if key != "listen" and not value:
                 continue
             _check_listen("proxy", self.name, value, key)
             if value.endswith(":0"):
-                raise ConfigError(f"proxy {self.name!r}: {key} needs a real port (its doors follow it), not {value!r}")
+                why = "" if key == "grpc_listen" else " (its doors follow it)"
+                raise ConfigError(f"proxy {self.name!r}: {key} needs a real port{why}, not {value!r}")
 
     @property
     def address(self) -> str:
@@ -388,7 +406,8 @@ class Config:
             host, _, port = broker.listen.rpartition(":")
             return [broker.listen] if port == "0" else [broker.listen, f"{host}:{int(port) + 1}"]
         if (proxy := self.proxy_node(name)) is not None:
-            return [proxy.listen] + [listen for listen, _ in self.proxy_doors(proxy).values()]
+            doors = [listen for listen, _ in self.proxy_doors(proxy).values()]
+            return [proxy.listen, *doors] + ([proxy.grpc_listen] if proxy.grpc_listen else [])
         return []
 
     def nameserver(self, name: str) -> NameServerNode | None:
@@ -453,7 +472,7 @@ def parse_config(raw: dict[str, Any], source: Path | None = None) -> Config:
         raise ConfigError(f"node names used twice: {', '.join(duplicates)}")
     listens = [ns.listen for ns in config.nameservers] + [b.listen for b in config.brokers]
     for proxy in config.proxies:
-        listens += [proxy.listen] + [door for door, _ in config.proxy_doors(proxy).values()]
+        listens += config.listens_of(proxy.name)
     taken = sorted({a for a in listens if listens.count(a) > 1})
     if taken:
         raise ConfigError(f"listen addresses used twice (a proxy's doors take the ports after its own): {', '.join(taken)}")

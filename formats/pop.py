@@ -253,3 +253,51 @@ def _json_int(value: Any, what: str, low: int = 0, high: int = _INT64_MAX) -> in
     if not low <= value <= high:
         raise PopRecordError(f"{what} {value} is out of range [{low}, {high}]")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class PopAnswer:
+    """What a POP_MESSAGE answer's header says about the messages in its body (the fields a
+    client turns into each message's receipt handle and delivery count)."""
+
+    pop_time_ms: int
+    invisible_time_ms: int
+    revive_qid: int
+    starts: dict[tuple[int, int], int]  # (retry flag, queue id) -> checkpoint start offset
+    order_counts: dict[tuple[int, int], int]  # (queue id, offset) -> earlier deliveries (FIFO)
+
+    @classmethod
+    def parse(cls, ext: dict[str, str]) -> PopAnswer:
+        starts: dict[tuple[int, int], int] = {}
+        for entry in filter(None, ext.get("startOffsetInfo", "").split(";")):
+            parts = entry.split(" ")
+            if len(parts) != 3:
+                raise PopRecordError(f"a startOffsetInfo entry is not 'flag queue offset': {entry[:80]!r}")
+            starts[(_int(parts[0], "the retry flag", 0, 2), _int(parts[1], "the queue id", 0, 65535))] = \
+                _int(parts[2], "the start offset")
+        counts: dict[tuple[int, int], int] = {}
+        for entry in filter(None, ext.get("orderCountInfo", "").split(";")):
+            parts = entry.split(" ")
+            if len(parts) == 3 and parts[1].startswith("qo") and "%" in parts[1]:
+                queue, _, offset = parts[1][2:].partition("%")
+                counts[(_int(queue, "the queue id", 0, 65535), _int(offset, "the offset"))] = \
+                    _int(parts[2], "the delivery count", 0, 1 << 30)
+        return cls(pop_time_ms=_int(ext.get("popTime", ""), "the pop time"),
+                   invisible_time_ms=_int(ext.get("invisibleTime", ""), "the invisible time"),
+                   revive_qid=_int(ext.get("reviveQid", ""), "the revive queue", 0, ORDER_REVIVE_QID),
+                   starts=starts, order_counts=counts)
+
+    def handle(self, topic: str, queue_id: int, queue_offset: int, broker_name: str,
+               commit_log_offset: int = -1) -> ReceiptHandle:
+        """The receipt handle of the message stored at (``topic``, ``queue_id``, ``queue_offset``)."""
+        flag = RETRY_V2 if "+" in topic and topic.startswith("%RETRY%") else \
+            RETRY_V1 if topic.startswith("%RETRY%") else RETRY_NORMAL
+        start = self.starts.get((flag, queue_id))
+        if start is None:
+            raise PopRecordError(f"no start offset for queue {queue_id} (retry flag {flag}) in the POP answer")
+        return ReceiptHandle(start, self.pop_time_ms, self.invisible_time_ms, self.revive_qid, flag,
+                             broker_name, queue_id, queue_offset, commit_log_offset)
+
+    def deliveries_before(self, queue_id: int, queue_offset: int) -> int:
+        """How many times a FIFO message was handed out before this answer (0 for the others)."""
+        return self.order_counts.get((queue_id, queue_offset), 0)

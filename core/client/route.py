@@ -41,12 +41,17 @@ class TopicRoute:
         return addrs[min(addrs)] if addrs else None
 
 
+def route_document(body: bytes) -> dict[str, Any]:
+    """TopicRouteData's JSON, standard or with fastjson's unquoted numeric keys."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return orjson.loads(_UNQUOTED_KEY.sub(rb'\1"\2":', body))
+
+
 def parse_route(topic: str, body: bytes) -> TopicRoute:
     """TopicRouteData, standard JSON or fastjson's unquoted numeric keys."""
-    try:
-        doc: dict[str, Any] = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        doc = orjson.loads(_UNQUOTED_KEY.sub(rb'\1"\2":', body))
+    doc = route_document(body)
     brokers = {b["brokerName"]: {int(k): v for k, v in (b.get("brokerAddrs") or {}).items()}
                for b in doc.get("brokerDatas") or []}
     write, read = [], []

@@ -27,6 +27,7 @@ everyone behind it would pass there.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 import trio
@@ -35,7 +36,7 @@ from core.broker.acl_file import AclFile
 from core.errors import RemotingError
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
-from core.proxy.session import ClientSession, copy_request, copy_response
+from core.proxy.session import ClientSession, RelayDown, copy_request, copy_response
 from core.remoting.client import RemotingClient, split_address
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
@@ -79,6 +80,7 @@ class FrontDoor:
         self.forwarded = 0  # requests sent on to a broker
         self.resent = 0  # sends sent again on a new master after the first one failed
         self.sessions = 0  # client connections with upstream connections now
+        self.grpc: Any = None  # the gRPC front door's service, when the proxy has one (its counters)
 
     def listener(self, group: str | None) -> _Listener:
         return _Listener(self, group)
@@ -92,7 +94,7 @@ class FrontDoor:
     def _session(self, conn: Connection) -> ClientSession:
         session = conn.attributes.get("proxy_session")
         if not isinstance(session, ClientSession):
-            session = conn.attributes["proxy_session"] = ClientSession(self._nursery, conn)
+            session = conn.attributes["proxy_session"] = ClientSession(self._nursery, RelayDown(conn))
             self.sessions += 1
         return session
 
@@ -102,7 +104,8 @@ class FrontDoor:
         masters = {group: self.view.master(group) or "-" for group in sorted(self.view.groups)}
         return {"proxyForwarded": str(self.forwarded), "proxyResent": str(self.resent),
                 "proxySessions": str(self.sessions), "proxyNameServerAnswers": str(self.view.refreshes),
-                "proxyMasters": ",".join(f"{g}={m}" for g, m in masters.items())}
+                "proxyMasters": ",".join(f"{g}={m}" for g, m in masters.items()),
+                **({} if self.grpc is None else self.grpc.runtime_table())}
 
     # ------------------------------------------------------------------ dispatch
 
@@ -123,15 +126,18 @@ class FrontDoor:
                 log.warning("refused request %d from %s: %s", request.code, conn.remote, refused)
                 return request.reply(ResponseCode.NO_PERMISSION, refused)
         self.forwarded += 1
+        session = self._session(conn)
         if request.code in EVERY_MEMBER:
-            return self._to_every_member(request, conn, group)
+            return self.to_every_member(request, session, group)
         if request.code in WRITES:
-            return self._write(request, conn, group)
-        return self._read(request, conn, group)
+            return self.write(request, session, group)
+        return self.read(request, session, group)
 
     # ------------------------------------------------------------------ the name server role
 
-    async def _as_name_server(self, request: RemotingCommand) -> RemotingCommand | None:
+    async def ask_name_servers(self, request: RemotingCommand) -> RemotingCommand | None:
+        """``request`` to the first name server that answers, its answer as it came; None for a
+        oneway, a SYSTEM_ERROR answer when none answers."""
         last_error = "no name server configured"
         for address in self._namesrv:
             try:
@@ -143,20 +149,23 @@ class FrontDoor:
             except RemotingError as exc:
                 last_error = f"{address}: {exc}"
                 continue
-            answer = copy_response(request, resp)
-            if resp.code == ResponseCode.SUCCESS and resp.body:
-                if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                    answer.body = self.doors.rewrite_route(resp.body)
-                elif request.code == RequestCode.GET_BROKER_CLUSTER_INFO:
-                    answer.body = self.doors.rewrite_cluster_info(resp.body)
-            return answer
+            return copy_response(request, resp)
         return request.reply(ResponseCode.SYSTEM_ERROR, f"the proxy reaches no name server ({last_error})")
+
+    async def _as_name_server(self, request: RemotingCommand) -> RemotingCommand | None:
+        answer = await self.ask_name_servers(request)
+        if answer is not None and answer.code == ResponseCode.SUCCESS and answer.body:
+            if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                answer.body = self.doors.rewrite_route(answer.body)
+            elif request.code == RequestCode.GET_BROKER_CLUSTER_INFO:
+                answer.body = self.doors.rewrite_cluster_info(answer.body)
+        return answer
 
     # ------------------------------------------------------------------ forwarding
 
-    async def _write(self, request: RemotingCommand, conn: Connection, group: str) -> RemotingCommand | None:
+    async def write(self, request: RemotingCommand, session: ClientSession, group: str) -> RemotingCommand | None:
+        """``request`` to ``group``'s master on ``session``'s connection: its answer (None: oneway)."""
         deadline = trio.current_time() + (self._failover_wait_s if self._elects else 0.0)
-        session = self._session(conn)
         tried: str | None = None
         while True:
             master = await self.view.wait_master(group, deadline)
@@ -208,8 +217,8 @@ class FrontDoor:
             why = f"broker group {group} has no master now (a master-slave group does not elect; its slaves serve reads)"
         return request.reply(ResponseCode.SERVICE_NOT_AVAILABLE, why)
 
-    async def _read(self, request: RemotingCommand, conn: Connection, group: str) -> RemotingCommand | None:
-        session = self._session(conn)
+    async def read(self, request: RemotingCommand, session: ClientSession, group: str) -> RemotingCommand | None:
+        """``request`` to ``group``'s master, else a slave: its answer (None: oneway)."""
         members = self.view.members(group)
         if not members:
             await self.view.refresh()
@@ -231,8 +240,9 @@ class FrontDoor:
             return answer
         return None if request.is_oneway else request.reply(ResponseCode.SYSTEM_ERROR, f"proxy: {last_error}")
 
-    async def _to_every_member(self, request: RemotingCommand, conn: Connection, group: str) -> RemotingCommand | None:
-        session = self._session(conn)
+    async def to_every_member(self, request: RemotingCommand, session: ClientSession,
+                              group: str) -> RemotingCommand | None:
+        """``request`` to every member of ``group``: the master's answer, else the first one's."""
         if request.code == RequestCode.HEART_BEAT:
             session.remember_heartbeat(group, request)
         members = self.view.members(group)

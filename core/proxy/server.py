@@ -13,6 +13,9 @@ from core.plugin_manager import PluginHost
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
 from core.proxy.front_door import FrontDoor
+from core.proxy.grpc_clients import GrpcClients
+from core.proxy.grpc_server import serve_grpc
+from core.proxy.grpc_service import MessagingService
 from core.remoting.client import open_remoting_client, split_address
 from core.remoting.server import serve_remoting
 
@@ -36,6 +39,13 @@ async def serve_proxy(
                           failover_wait_s=config.proxy.failover_wait_ms / 1000, acl=acl)
         if acl is not None:
             nursery.start_soon(_reload_acl, acl)
+        if node.grpc_listen:
+            clients = GrpcClients(nursery, config.proxy)
+            nursery.start_soon(clients.expire_silent)
+            service = MessagingService(front, clients, config.proxy, acl)
+            front.grpc = service
+            got = await nursery.start(serve_grpc, service, node.grpc_listen)
+            log.info("proxy %s: RocketMQ 5 clients (gRPC) on %s, port %d", node.name, node.grpc_listen, got)
         listeners: list[tuple[str | None, str]] = [(None, node.listen), *doors.listens.items()]
         bound = 0
         for group, listen in listeners:

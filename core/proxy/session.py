@@ -18,7 +18,8 @@ import trio
 from core.remoting.client import RemotingClient
 from core.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
-from core.remoting.connection import Connection, Reply
+from core.remoting.connection import Connection, Processor, Reply
+from core.remoting.signing import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def copy_response(request: RemotingCommand, response: RemotingCommand) -> Remoti
     return request.reply(response.code, response.remark, dict(response.ext_fields), response.body)
 
 
-class _RelayDown:
+class RelayDown:
     """Requests a broker sends on an upstream connection, relayed to the client."""
 
     def __init__(self, downstream: Connection) -> None:
@@ -62,10 +63,11 @@ class _RelayDown:
 class ClientSession:
     """The upstream side of one client connection."""
 
-    def __init__(self, nursery: trio.Nursery, downstream: Connection) -> None:
-        self.downstream = downstream
-        self._client = RemotingClient(nursery, _RelayDown(downstream), credentials=None)
-        self._client.credentials = None  # forwarded requests keep the client's own signature
+    def __init__(self, nursery: trio.Nursery, relay: Processor, credentials: Credentials | None = None) -> None:
+        """``relay`` answers the brokers' requests to the client; ``credentials`` sign what is
+        sent upstream (None: requests go as they came, a 4.x client's own signature kept)."""
+        self._client = RemotingClient(nursery, relay, credentials=credentials)
+        self._client.credentials = credentials
         self._upstreams: dict[str, Connection] = {}
         self._heartbeats: dict[str, RemotingCommand] = {}  # group -> the client's last heartbeat
         self._group_of: dict[str, str] = {}  # upstream address -> its group
@@ -86,6 +88,10 @@ class ClientSession:
                 except Exception as exc:  # the request that follows meets the same trouble
                     log.debug("replaying a heartbeat to %s: %s", address, exc)
         return conn
+
+    def group_at(self, address: str) -> str | None:
+        """The group of the member at ``address`` (one this session has a connection to)."""
+        return self._group_of.get(address)
 
     def drop(self, address: str) -> None:
         self._upstreams.pop(address, None)
