@@ -29,6 +29,11 @@ PGROUP = "PGROUP"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 CLUSTER = "CLUSTER"
+# timer messages (RocketMQ 5): deliver at an absolute time, or after a delay from the store time
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS = "TIMER_DELAY_MS"
+TIMER_OUT_MS = "TIMER_OUT_MS"  # when a held timer message is due (set by the broker)
 KEY_SEPARATOR = " "
 
 

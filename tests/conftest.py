@@ -55,6 +55,7 @@ class Cluster:
     namesrv: str
     env: dict[str, str]
     proxies: tuple[str, ...] = ()  # the proxies' addresses, when the config has some
+    grpc: tuple[str, ...] = ()  # the proxies' gRPC addresses, when they have a gRPC door
 
     def mqctl(self, *args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "mqctl", "--config", str(self.config), *args],
@@ -67,19 +68,30 @@ class Cluster:
         assert done.returncode == 0, done.stderr[-2000:]
         return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
+    def rmq5(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> list[dict]:
+        """The official RocketMQ 5 client's JSON lines (tests/interop/rmq5_client.py)."""
+        from tests.interop.rmq5_client import client_env
+        done = subprocess.run([sys.executable, str(INTEROP / "rmq5_client.py"), *args], capture_output=True,
+                              text=True, env=client_env(dict(self.env, **(env or {}))), timeout=timeout)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
 
 def write_cluster_config(path: Path, *, broker_ids: tuple[int, ...] = (0,), mode: str = "async",
                          store: str = "", broker: str = "", more_brokers: str = "",
-                         acl: str = "", proxies: tuple[str, ...] = ()) -> tuple[str, list[str]]:
+                         acl: str = "", proxies: tuple[str, ...] = (), grpc: tuple[str, ...] = (),
+                         proxy: str = "") -> tuple[str, list[str]]:
     """A conf.toml with one name server and broker group ``broker-a`` of ``broker_ids`` on free
     loopback ports (``store``, ``broker`` and ``acl``: more lines for those tables;
     ``more_brokers``: more ``[[brokers]]`` tables; ``proxies``: a proxy listening on each
-    address); returns the name server's and broker-a's addresses."""
+    address, and a gRPC door on ``grpc``'s, ``proxy``: lines for [proxy]); returns the name
+    server's and broker-a's addresses."""
     ns_port = free_port()
     brokers = [f"127.0.0.1:{free_port()}" for _ in broker_ids]
     nodes = "".join(f'[[brokers]]\nname = "broker-a"\nid = {bid}\nlisten = "{addr}"\n'
                     for bid, addr in zip(broker_ids, brokers, strict=True))
-    proxy_tables = "".join(f'[[proxies]]\nname = "proxy{i + 1}"\nlisten = "{a}"\n' for i, a in enumerate(proxies))
+    proxy_tables = "".join(f'[[proxies]]\nname = "proxy{i + 1}"\nlisten = "{a}"\n'
+                           + (f'grpc_listen = "{grpc[i]}"\n' if i < len(grpc) else "") for i, a in enumerate(proxies))
     path.write_text(f"""
 [cluster]
 data_dir = "data"
@@ -98,6 +110,8 @@ name = "ns1"
 listen = "127.0.0.1:{ns_port}"
 {nodes}{more_brokers}
 {proxy_tables}
+[proxy]
+{proxy}
 [acl]
 {acl}
 """)
@@ -105,14 +119,17 @@ listen = "127.0.0.1:{ns_port}"
 
 
 @contextlib.contextmanager
-def running_cluster(tmp_path: Path, env: dict[str, str], *, proxies: int = 0, **config: object) -> Iterator[Cluster]:
+def running_cluster(tmp_path: Path, env: dict[str, str], *, proxies: int = 0, grpc: bool = False,
+                    **config: object) -> Iterator[Cluster]:
     """A cluster started with ``mqctl start`` (see :func:`write_cluster_config`), stopped after;
-    ``proxies``: how many proxies, each with a door for broker-a (and for one more group)."""
+    ``proxies``: how many proxies, each with a door for broker-a (and for one more group);
+    ``grpc``: each proxy with a gRPC door too."""
     path = tmp_path / "conf.toml"
     proxy_listens = tuple(f"127.0.0.1:{free_port(span=3)}" for _ in range(proxies))
-    namesrv, _ = write_cluster_config(path, proxies=proxy_listens, **config)  # type: ignore[arg-type]
+    grpc_listens = tuple(f"127.0.0.1:{free_port()}" for _ in range(proxies if grpc else 0))
+    namesrv, _ = write_cluster_config(path, proxies=proxy_listens, grpc=grpc_listens, **config)  # type: ignore[arg-type]
     cluster = Cluster(path, namesrv, dict(env, HOME=str(tmp_path)),  # the C++ client logs under $HOME/logs
-                      proxy_listens)
+                      proxy_listens, grpc_listens)
     started = cluster.mqctl("start")
     assert started.returncode == 0, started.stderr
     try:

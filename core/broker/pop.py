@@ -190,9 +190,21 @@ def _start(broker: Broker, header: PopHeader, topic: str, queue_id: int) -> int:
     low = store.min_queue_offset(topic, queue_id)
     if committed is not None:
         return max(committed, low)
-    if header.init_mode == INIT_MAX and not topic.startswith("%RETRY%"):
+    if (header.init_mode == INIT_MAX and not topic.startswith("%RETRY%")
+            and not _whole_queue_in_memory(broker, topic, queue_id)):
         return max(low, store.max_queue_offset(topic, queue_id) - 1)
     return low
+
+
+def _whole_queue_in_memory(broker: Broker, topic: str, queue_id: int) -> bool:
+    """RocketMQ's exception to initMode MAX: a queue that still has its first message, near
+    enough to the log's end to be read from memory, is read from the start (a new group of a
+    new topic gets the messages sent before it came)."""
+    store = broker.store
+    if store.min_queue_offset(topic, queue_id) != 0:
+        return False
+    first = store.queue_entries(topic, queue_id, 0, 1)
+    return bool(first) and store.commitlog.write_offset - first[0][1].phys_offset <= broker.cold_read_lag_bytes
 
 
 def _pop_queue(broker: Broker, header: PopHeader, message_filter: MessageFilter | None, topic: str, queue_id: int,

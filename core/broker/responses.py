@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from core.broker.headers import HeaderFieldError
+from core.broker.schedule import TimerRefused
 from core.errors import DiskFullError, MessageTooLargeError, ReadOnlyStoreError, StoreClosedError, StoreError
 from core.remoting.codes import ResponseCode
 from formats.errors import DecompressedTooLargeError, FormatError
@@ -18,7 +19,7 @@ def response_code(exc: Exception) -> tuple[int, str]:
         return ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}"
     if isinstance(exc, StoreClosedError):
         return ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now: the store is shutting down"
-    if isinstance(exc, (MessageTooLargeError, DecompressedTooLargeError)):
+    if isinstance(exc, (MessageTooLargeError, DecompressedTooLargeError, TimerRefused)):
         return ResponseCode.MESSAGE_ILLEGAL, str(exc)
     if isinstance(exc, (HeaderFieldError, FormatError)):
         return ResponseCode.SYSTEM_ERROR, str(exc)

@@ -6,6 +6,14 @@ is due (the store computes it). This service moves each due message to its real 
 queue, level by level in queue order, and keeps how far each level got in
 ``config/delayOffset.json`` (RocketMQ's file name and shape).
 
+Timer messages (RocketMQ 5: ``TIMER_DELIVER_MS`` an absolute time, or ``TIMER_DELAY_SEC`` /
+``TIMER_DELAY_MS`` from now) wait in the same topic, in the queue after the last level's, with
+their due time in ``TIMER_OUT_MS`` (and as tagsCode). Their due times are in no order, so that
+queue is read ahead into a heap (at most ``TIMER_HEAP_MAX`` entries) and delivered by due time;
+its saved progress is the first entry not yet delivered. Times are kept to the millisecond (no
+wheel ticks); a time in the past, or more than ``TIMER_MAX_DELAY_MS`` ahead, is refused by
+:func:`timer_due_ms` as RocketMQ refuses it, or delivered at once.
+
 Unlike RocketMQ, a crash between a delivery and the next save of the progress does not deliver
 twice: after a restart, entries that were already due before the restart are first looked up
 by UNIQ_KEY in their real topic, and skipped when a copy stored after them is there.
@@ -13,6 +21,7 @@ by UNIQ_KEY in their real topic, and skipped when a copy stored after them is th
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -26,7 +35,16 @@ from core.errors import StoreError, UnsafePathError
 from core.store.message_store import MessageStore
 from core.topic_names import SCHEDULE_TOPIC
 from formats.errors import RecordError
-from formats.properties import DELAY, REAL_QID, REAL_TOPIC, UNIQ_KEY
+from formats.properties import (
+    DELAY,
+    REAL_QID,
+    REAL_TOPIC,
+    TIMER_DELAY_MS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
+    UNIQ_KEY,
+)
 from formats.record import MessageRecord
 from formats.sysflag import TRANSACTION_COMMIT, TRANSACTION_NOT_TYPE, transaction_type
 
@@ -36,6 +54,34 @@ OFFSETS_FILE = "delayOffset.json"
 READ_BATCH = 64
 IDLE_WAIT_S = 1.0  # re-check this often even without news (a clock step, a refused put)
 PERSIST_INTERVAL_S = 1.0
+
+
+TIMER_HEAP_MAX = 100_000
+TIMER_MAX_DELAY_MS = 3 * 24 * 3600 * 1000  # RocketMQ's timerMaxDelaySec
+
+
+class TimerRefused(ValueError):
+    """A timer property that does not parse, or asks for more than the longest delay."""
+
+
+def timer_due_ms(rec: MessageRecord, now_ms: int) -> int | None:
+    """When the timer message ``rec`` is due, or ``None`` when it is not one (or a transaction
+    half, which waits for END_TRANSACTION first); raises :class:`TimerRefused`."""
+    props = rec.properties
+    if transaction_type(rec.sysflag) not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT):
+        return None
+    for name, base, unit in ((TIMER_DELAY_SEC, now_ms, 1000), (TIMER_DELAY_MS, now_ms, 1), (TIMER_DELIVER_MS, 0, 1)):
+        raw = props.get(name)
+        if raw is None:
+            continue
+        try:
+            due = base + int(raw) * unit
+        except ValueError:
+            raise TimerRefused(f"{name} is not a number: {raw[:40]!r}") from None
+        if due - now_ms > TIMER_MAX_DELAY_MS:
+            raise TimerRefused(f"{name} asks for more than {TIMER_MAX_DELAY_MS // 1000} s of delay")
+        return due
+    return None
 
 
 def delay_level(rec: MessageRecord) -> int:
@@ -61,6 +107,15 @@ def to_schedule(rec: MessageRecord, level: int, levels: int) -> MessageRecord:
     return replace(rec, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=props, properties_text=None)
 
 
+def to_timer(rec: MessageRecord, due_ms: int, queue_id: int) -> MessageRecord:
+    """A timer message as stored while it waits (queue ``queue_id`` of the schedule topic)."""
+    props = dict(rec.properties)
+    props[TIMER_OUT_MS] = str(due_ms)
+    props[REAL_TOPIC] = rec.topic
+    props[REAL_QID] = str(rec.queue_id)
+    return replace(rec, topic=SCHEDULE_TOPIC, queue_id=queue_id, properties=props, properties_text=None)
+
+
 def from_schedule(rec: MessageRecord, store_host: tuple[str, int]) -> MessageRecord | None:
     """The message to deliver for a due schedule record, or ``None`` when it lacks a valid real
     topic and queue (not something this broker wrote: skipped and logged)."""
@@ -70,6 +125,7 @@ def from_schedule(rec: MessageRecord, store_host: tuple[str, int]) -> MessageRec
     topic, queue_id = where
     props = dict(rec.properties)
     props.pop(DELAY, None)
+    props.pop(TIMER_OUT_MS, None)
     return MessageRecord(
         topic=topic, body=rec.body, properties=props, queue_id=queue_id, flag=rec.flag,
         sysflag=rec.sysflag, born_timestamp=rec.born_timestamp, born_host=rec.born_host,
@@ -102,6 +158,11 @@ class ScheduleService:
         self.stats = ScheduleStatistics()
         self.wake = trio.Event()
         self._saved = dict(self.offsets)
+        self.timer_queue = len(self.levels_ms)  # the queue after the last level's
+        self._timer_level = self.timer_queue + 1  # its key in the progress table
+        self._timers: list[tuple[int, int, int]] = []  # (due, queue offset, phys offset), read ahead
+        self._timers_read = 0  # the next timer queue offset to read into the heap
+        self._timers_done: set[int] = set()  # delivered offsets past the saved progress
         # Entries due before this instant may have been delivered by a run that crashed before
         # saving its progress: check those against the real topic first.
         self._uncertain_before_ms = time.time_ns() // 1_000_000 if started_ms is None else started_ms
@@ -112,7 +173,11 @@ class ScheduleService:
         carry a delay (sends, send-backs) goes through here, as RocketMQ's putMessage does."""
         level = delay_level(rec)
         if not level:
-            return rec
+            due = timer_due_ms(rec, time.time_ns() // 1_000_000)
+            if due is None or due <= time.time_ns() // 1_000_000:
+                return rec  # due already: stored as it is, its timer property kept for the consumer
+            self.wake.set()
+            return to_timer(rec, due, self.timer_queue)
         self.wake.set()
         return to_schedule(rec, level, len(self.levels_ms))
 
@@ -125,7 +190,36 @@ class ScheduleService:
             due = self._deliver_level(level, now_ms)
             if due is not None and (next_due is None or due < next_due):
                 next_due = due
+        due = self._deliver_timers(now_ms)
+        if due is not None and (next_due is None or due < next_due):
+            next_due = due
         return next_due
+
+    def _deliver_timers(self, now_ms: int) -> int | None:
+        queue_id = self.timer_queue
+        saved = max(self.offsets.get(self._timer_level, 0), self.store.min_queue_offset(SCHEDULE_TOPIC, queue_id))
+        if self._timers_read < saved:  # first round, or the queue's head was deleted
+            self._timers, self._timers_read, self._timers_done = [], saved, set()
+        while len(self._timers) < TIMER_HEAP_MAX:
+            entries = self.store.queue_entries(SCHEDULE_TOPIC, queue_id, self._timers_read, READ_BATCH)
+            if not entries:
+                break
+            for queue_offset, entry in entries:
+                if entry.is_padding:
+                    self._timers_done.add(queue_offset)
+                else:
+                    heapq.heappush(self._timers, (entry.tags_code, queue_offset, entry.phys_offset))
+                self._timers_read = queue_offset + 1
+        while self._timers and self._timers[0][0] <= now_ms:
+            due, queue_offset, phys_offset = self._timers[0]
+            self._deliver(phys_offset, due)  # a refused put raises: the entry stays for the next round
+            heapq.heappop(self._timers)
+            self._timers_done.add(queue_offset)
+        while saved in self._timers_done:
+            self._timers_done.remove(saved)
+            saved += 1
+        self.offsets[self._timer_level] = saved
+        return self._timers[0][0] if self._timers else None
 
     def _deliver_level(self, level: int, now_ms: int) -> int | None:
         queue_id = level - 1

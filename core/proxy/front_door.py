@@ -179,6 +179,8 @@ class FrontDoor:
                 if resp is None:
                     return None
             except RemotingError as exc:  # closed, refused or timed out: a dead or cut-off master
+                if session.closed:  # the client left and its connections were closed here
+                    return None if request.is_oneway else request.reply(ResponseCode.SYSTEM_ERROR, "client left")
                 log.info("%s to %s (group %s) failed: %s", _name(request), master, group, exc)
                 session.drop(master)
                 self.view.suspect(group, master)
@@ -230,6 +232,8 @@ class FrontDoor:
                 if resp is None:
                     return None
             except RemotingError as exc:
+                if session.closed:
+                    return None if request.is_oneway else request.reply(ResponseCode.SYSTEM_ERROR, "client left")
                 last_error = f"{member}: {exc}"
                 session.drop(member)
                 self.view.suspect(group, member)

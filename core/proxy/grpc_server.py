@@ -100,9 +100,12 @@ class GrpcDoor:
                     async for command in requests:
                         if command.HasField("settings"):
                             try:
-                                outbox.put_nowait(await self.portal.call(self.service.settings, command, caller))
+                                outbox.put_nowait(await self.portal.call(self.service.apply_settings, command, caller))
                             except Refused as exc:
                                 outbox.put_nowait(pb.TelemetryCommand(status=pb.Status(code=exc.code, message=exc.message)))
+                            except Exception:  # a bug: logged, and the client sees the stream end
+                                log.exception("settings of %s", caller.client_id)
+                                raise
                         # thread stack traces and verify results: RocketMQ's admin tools ask for them; not relayed
                 finally:
                     outbox.put_nowait(None)

@@ -158,7 +158,7 @@ class MessagingService:
             except RemotingError as exc:  # the next heartbeat tries again
                 log.debug("heartbeat of %s to %s: %s", caller.client_id, group, exc)
 
-    async def settings(self, command: pb.TelemetryCommand, caller: Caller) -> pb.TelemetryCommand:
+    async def apply_settings(self, command: pb.TelemetryCommand, caller: Caller) -> pb.TelemetryCommand:
         """A Settings command on the telemetry stream: the applied settings, status OK."""
         client = self.clients.get(caller)
         if not command.settings.HasField("publishing") and not command.settings.HasField("subscription"):

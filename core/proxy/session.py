@@ -71,6 +71,7 @@ class ClientSession:
         self._upstreams: dict[str, Connection] = {}
         self._heartbeats: dict[str, RemotingCommand] = {}  # group -> the client's last heartbeat
         self._group_of: dict[str, str] = {}  # upstream address -> its group
+        self.closed = False  # the client left: its requests in flight fail, not the brokers
 
     def remember_heartbeat(self, group: str, request: RemotingCommand) -> None:
         self._heartbeats[group] = request
@@ -98,5 +99,6 @@ class ClientSession:
         self._client.drop(address)
 
     def close(self) -> None:
+        self.closed = True
         self._client.close()
         self._upstreams.clear()

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple, overload
 
 from core.topic_names import SCHEDULE_TOPIC
-from formats.properties import DELAY, TAGS, UNIQ_KEY, message_keys
+from formats.properties import DELAY, TAGS, TIMER_OUT_MS, UNIQ_KEY, message_keys
 from formats.record import MessageRecord
 from formats.sysflag import is_dispatched
 from formats.tags import tags_code
@@ -64,6 +64,9 @@ def record_tags_code(topic: str, props: dict[str, str], store_timestamp: int,
 def deliver_time_ms(props: dict[str, str], store_timestamp: int, delay_levels_ms: tuple[int, ...]) -> int:
     """When a delayed message is due: its store time plus its level's delay (levels above the
     last count as the last)."""
+    due = props.get(TIMER_OUT_MS)
+    if due is not None and due.isdigit():  # a timer message: its own due time
+        return int(due)
     try:
         level = int(props.get(DELAY, "0"))
     except ValueError:

@@ -1,0 +1,151 @@
+"""The official RocketMQ 5 Python client (rocketmq-python-client 5.1.2, unchanged) against a
+real cluster through the proxy's gRPC door: producers of every message type, the simple and the
+push consumer, and what the C++ 4.x client sends and reads on the same topics.
+
+One cluster serves the module; every test has its own topics and groups. The proxy lets a
+receive ask for 1 s of invisible time (RocketMQ's proxy: 10 s at least) and sends a message to
+the dead letter queue after 3 deliveries, so redelivery is seen in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import child_env, running_cluster
+
+MAX_ATTEMPTS = 3
+FIFO_GROUP = "FifoGroup"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rmq5")
+    with running_cluster(tmp, child_env(), proxies=1, grpc=True,
+                         broker="transaction_timeout_ms = 1000\ntransaction_check_interval_ms = 1000",
+                         proxy=f"min_invisible_ms = 1000\nmax_delivery_attempts = {MAX_ATTEMPTS}\n"
+                               f'fifo_groups = ["{FIFO_GROUP}"]') as c:
+        yield c
+
+
+def topic(cluster, name: str, queues: int = 4) -> str:
+    made = cluster.mqctl("topic", "create", name, "--queues", str(queues))
+    assert made.returncode == 0, made.stderr
+    return name
+
+
+def produce(cluster, name: str, specs: list[dict], **env: str) -> list[dict]:
+    rows = cluster.rmq5("produce", cluster.grpc[0], name, json.dumps(specs), env=env)
+    assert [r for r in rows if r["event"] == "failed"] == []
+    return rows
+
+
+def consume(cluster, group: str, name: str, **options) -> list[dict]:
+    return [r for r in cluster.rmq5("consume", cluster.grpc[0], group, name, json.dumps(options))
+            if r["event"] == "received"]
+
+
+def test_what_a_producer_sends_is_read_back_byte_identical(cluster):
+    name = topic(cluster, "Rmq5Fields")
+    specs = [{"body_hex": bytes(range(256)).hex(), "tag": "TagA", "keys": ["k-0", "order-7"],
+              "props": {"color": "blue", "emoji": "\u2603"}},
+             {"body": "plain", "tag": "TagB", "keys": ["k-1"], "props": {"n": "1"}}]
+    sent = produce(cluster, name, specs)
+    got = {r["id"]: r for r in consume(cluster, "Rmq5FieldsG", name, count=2, invisible_s=10)}
+    assert set(got) == {r["id"] for r in sent if r["event"] == "sent"}
+    by_tag = {r["tag"]: r for r in got.values()}
+    assert by_tag["TagA"]["body"] == bytes(range(256)).hex()
+    assert by_tag["TagA"]["keys"] == ["k-0", "order-7"]
+    assert by_tag["TagA"]["props"] == {"color": "blue", "emoji": "\u2603"}
+    assert by_tag["TagB"]["body"] == b"plain".hex() and by_tag["TagB"]["props"] == {"n": "1"}
+    assert all(r["attempt"] == 1 and r["topic"] == name for r in got.values())
+
+
+def test_a_tag_filter_hands_out_only_its_tags(cluster):
+    name = topic(cluster, "Rmq5Tags")
+    produce(cluster, name, [{"body": f"m{i}", "tag": "TagA" if i % 2 else "TagB"} for i in range(6)])
+    got = consume(cluster, "Rmq5TagsG", name, filter="TagA", count=3, wait_s=8)
+    assert sorted(r["body"] for r in got) == sorted(f"m{i}".encode().hex() for i in (1, 3, 5))
+    assert {r["tag"] for r in got} == {"TagA"}
+
+
+def test_unacked_messages_come_back_with_a_higher_attempt_then_go_to_the_dead_letter_queue(cluster):
+    name = topic(cluster, "Rmq5Redeliver", queues=1)
+    sent = produce(cluster, name, [{"body": "again"}])
+    message_id = sent[0]["id"]
+    got = consume(cluster, "Rmq5RedeliverG", name, count=MAX_ATTEMPTS, invisible_s=1, ack="none", wait_s=30)
+    assert [r["attempt"] for r in got] == list(range(1, MAX_ATTEMPTS + 1))
+    assert {r["id"] for r in got} == {message_id}
+    # the next delivery would be the 4th: the proxy moves it to %DLQ%{group} instead
+    assert consume(cluster, "Rmq5RedeliverG", name, count=1, invisible_s=1, ack="none", wait_s=5) == []
+    dlq = cluster.mqctl("tail", "%DLQ%Rmq5RedeliverG", "--group", "dlq-reader", "--count", "1", "--json",
+                        "--from-beginning", timeout=30)
+    assert dlq.returncode == 0, dlq.stderr
+    rows = [json.loads(line) for line in dlq.stdout.splitlines() if line.startswith("{")]
+    assert [r.get("body") for r in rows] == ["again"]
+
+
+def test_a_changed_invisible_duration_brings_a_message_back_sooner(cluster):
+    name = topic(cluster, "Rmq5Change", queues=1)
+    produce(cluster, name, [{"body": "soon"}])
+    started = time.time()
+    first = consume(cluster, "Rmq5ChangeG", name, count=1, invisible_s=30, change_s=1, ack="none")
+    again = consume(cluster, "Rmq5ChangeG", name, count=1, invisible_s=30, wait_s=15)
+    assert [r["attempt"] for r in first + again] == [1, 2]
+    assert again[0]["at"] - started < 15  # not the 30 s asked for at first
+
+
+def test_fifo_messages_of_a_group_arrive_in_order_at_the_push_consumer(cluster):
+    name = topic(cluster, "Rmq5Fifo")
+    specs = [{"body": f"{g}-{i}", "group": g} for i in range(5) for g in ("ga", "gb", "gc")]
+    produce(cluster, name, specs)
+    rows = [r for r in cluster.rmq5("push", cluster.grpc[0], FIFO_GROUP, name, "15", "30") if r["event"] == "consumed"]
+    assert len(rows) == 15
+    for g in ("ga", "gb", "gc"):
+        bodies = [bytes.fromhex(r["body"]).decode() for r in rows if r["group"] == g]
+        assert bodies == [f"{g}-{i}" for i in range(5)]
+
+
+def test_a_push_consumer_consumes_and_acks_concurrently(cluster):
+    name = topic(cluster, "Rmq5Push")
+    sent = produce(cluster, name, [{"body": f"p{i}"} for i in range(40)])
+    rows = [r for r in cluster.rmq5("push", cluster.grpc[0], "Rmq5PushG", name, "40", "30") if r["event"] == "consumed"]
+    assert {r["id"] for r in rows} == {r["id"] for r in sent}
+    assert len({r["thread"] for r in rows}) > 1
+    # acked: a second consumer of the group finds nothing
+    assert consume(cluster, "Rmq5PushG", name, count=1, wait_s=4) == []
+
+
+def test_a_delayed_message_is_delivered_at_its_time(cluster):
+    name = topic(cluster, "Rmq5Delay", queues=1)
+    sent_at = time.time()
+    produce(cluster, name, [{"body": "later", "delay_s": 3}, {"body": "now"}])
+    got = consume(cluster, "Rmq5DelayG", name, count=2, wait_s=20)
+    by_body = {bytes.fromhex(r["body"]).decode(): r for r in got}
+    due_s = by_body["later"]["delivery_ms"] / 1000  # the client sends whole seconds: 2-3 s from now
+    assert sent_at + 2 <= due_s <= sent_at + 4
+    assert by_body["now"]["at"] < due_s
+    assert by_body["later"]["at"] >= due_s
+
+
+def test_transactions_commit_roll_back_and_are_resolved_by_check_back(cluster):
+    name = topic(cluster, "Rmq5Tx", queues=2)
+    rows = produce(cluster, name, [{"body": "committed", "tx": "commit"}, {"body": "rolled-back", "tx": "rollback"},
+                                   {"body": "unknown", "tx": "unknown"}], RMQ5_LINGER_S="15")
+    checks = [r for r in rows if r["event"] == "check"]
+    assert [c["body"] for c in checks] == ["unknown"]  # asked about the open one only, answered COMMIT
+    got = consume(cluster, "Rmq5TxG", name, count=2, wait_s=15)
+    assert sorted(bytes.fromhex(r["body"]).decode() for r in got) == ["committed", "unknown"]
+
+
+def test_the_cpp_client_and_the_5x_client_read_each_other(cluster):
+    name = topic(cluster, "Rmq5Cross")
+    cpp_sent = cluster.cpp("produce", cluster.proxies[0], name, "4")
+    got = consume(cluster, "Rmq5CrossG", name, count=4, wait_s=15)
+    assert {r["id"] for r in got} == {r["msg_id"] for r in cpp_sent if "msg_id" in r}
+    assert all(r["keys"] and r["tag"] in ("TagA", "TagB") for r in got)
+    produce(cluster, name, [{"body": f"from-5x-{i}", "tag": "Tag5", "keys": [f"k{i}"]} for i in range(3)])
+    read = cluster.cpp("consume", cluster.proxies[0], "Rmq5CrossCpp", name, "Tag5", "3", "20")
+    assert sorted(r["body"] for r in read if "body" in r) == [f"from-5x-{i}" for i in range(3)]
