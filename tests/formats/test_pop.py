@@ -70,3 +70,18 @@ def test_acks_and_batch_acks_round_trip():
     assert many.tag == "bAck" and Ack.from_json(many.to_json()) == many
     with pytest.raises(PopRecordError, match="1 to 32"):
         Ack.from_json(b'{"so":1,"pt":2,"q":0,"t":"T","c":"G","bn":"b","aol":[]}')
+
+
+def test_a_pop_answer_gives_each_message_its_handle_and_fifo_count():
+    from formats.pop import PopAnswer
+    answer = PopAnswer.parse({"popTime": "1700000000000", "invisibleTime": "30000", "reviveQid": "3",
+                              "startOffsetInfo": "0 1 15;1 0 4", "msgOffsetInfo": "0 1 15,17;1 0 4",
+                              "orderCountInfo": "0 qo1%17 2;0 1 0"})
+    handle = answer.handle("T", 1, 17, "broker-a", 4096)
+    assert handle.text(with_commit_log_offset=True) == "15 1700000000000 30000 3 0 broker-a 1 17 4096"
+    assert answer.handle("%RETRY%G_T", 0, 4, "broker-a").retry_flag == 1
+    assert answer.deliveries_before(1, 17) == 2 and answer.deliveries_before(1, 15) == 0
+    with pytest.raises(PopRecordError):
+        answer.handle("T", 2, 1, "broker-a")  # no checkpoint for queue 2 in this answer
+    with pytest.raises(PopRecordError):
+        PopAnswer.parse({"popTime": "x", "invisibleTime": "1", "reviveQid": "0"})
