@@ -201,9 +201,9 @@ class FrontDoor:
         """``request`` on the session's connection to ``member``: its answer (None: a oneway)."""
         upstream = await session.upstream(group, member)
         if request.is_oneway:
-            await upstream.oneway(copy_request(request))
+            await upstream.oneway(session.outgoing(request))
             return None
-        return await upstream.request(copy_request(request), timeout_s)
+        return await upstream.request(session.outgoing(request), timeout_s)
 
     async def _master_moved(self, group: str, old: str) -> bool:
         await self.view.refresh()
@@ -255,7 +255,7 @@ class FrontDoor:
         async def one(member: str) -> None:
             try:
                 upstream = await session.upstream(group, member)
-                answers[member] = await upstream.request(copy_request(request), REQUEST_TIMEOUT_S)
+                answers[member] = await upstream.request(session.outgoing(request), REQUEST_TIMEOUT_S)
             except RemotingError as exc:
                 answers[member] = exc
 

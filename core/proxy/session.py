@@ -19,7 +19,7 @@ from core.remoting.client import RemotingClient
 from core.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Processor, Reply
-from core.remoting.signing import Credentials
+from core.remoting.signing import Credentials, sign
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,19 @@ class ClientSession:
         sent upstream (None: requests go as they came, a 4.x client's own signature kept)."""
         self._client = RemotingClient(nursery, relay, credentials=credentials)
         self._client.credentials = credentials
+        self._credentials = credentials
         self._upstreams: dict[str, Connection] = {}
         self._heartbeats: dict[str, RemotingCommand] = {}  # group -> the client's last heartbeat
         self._group_of: dict[str, str] = {}  # upstream address -> its group
         self.closed = False  # the client left: its requests in flight fail, not the brokers
+
+    def outgoing(self, request: RemotingCommand) -> RemotingCommand:
+        """``request`` as this session sends it upstream: a copy, signed with the session's
+        credentials when it has them (a 5.x client's account), else with its own signature."""
+        copy = copy_request(request)
+        if self._credentials is not None:
+            sign(copy, self._credentials)
+        return copy
 
     def remember_heartbeat(self, group: str, request: RemotingCommand) -> None:
         self._heartbeats[group] = request
@@ -85,7 +94,7 @@ class ClientSession:
             heartbeat = self._heartbeats.get(group)
             if heartbeat is not None and heartbeat.code == RequestCode.HEART_BEAT:
                 try:
-                    await conn.request(copy_request(heartbeat), HEARTBEAT_REPLAY_TIMEOUT_S)
+                    await conn.request(self.outgoing(heartbeat), HEARTBEAT_REPLAY_TIMEOUT_S)
                 except Exception as exc:  # the request that follows meets the same trouble
                     log.debug("replaying a heartbeat to %s: %s", address, exc)
         return conn

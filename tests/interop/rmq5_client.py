@@ -82,7 +82,11 @@ def produce(endpoints: str, topic: str, specs: list[dict]) -> None:
             return TransactionResolution.COMMIT
 
     producer = Producer(config(endpoints), (topic,), Checker())
-    producer.startup()
+    try:
+        producer.startup()
+    except Exception as exc:  # e.g. refused credentials: the route query is answered UNAUTHORIZED
+        emit(event="startup-failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        return
     unknown = 0
     try:
         for spec in specs:

@@ -37,7 +37,7 @@ PRODUCER = Credentials("producer-key", "producer-secret")
 def acl_cluster(tmp_path, subprocess_env):
     (tmp_path / "plain_acl.yml").write_text(ACL_FILE)
     acl = 'enabled = true\nfile = "plain_acl.yml"\naccess_key = "admin-key"\nsecret_key = "admin-secret"'
-    with running_cluster(tmp_path, subprocess_env, acl=acl, proxies=1) as cluster:
+    with running_cluster(tmp_path, subprocess_env, acl=acl, proxies=1, grpc=True) as cluster:
         yield cluster
 
 
@@ -112,3 +112,25 @@ def test_stock_client_with_session_credentials(acl_cluster, entry):
                         "signature check failed for AccessKey 'producer-key'" in proxy_log)
     assert refused_at_proxy == ((True, True) if entry == "proxy" else (False, False))
 
+
+
+def test_the_5x_client_signs_with_an_account_and_is_held_to_its_permissions(acl_cluster):
+    for topic in ("Orders", "Payments"):  # a 5.x client's topics must exist (no auto-creation from its route query)
+        assert acl_cluster.mqctl("topic", "create", topic).returncode == 0
+    producer = {"RMQ5_ACCESS_KEY": "producer-key", "RMQ5_SECRET_KEY": "producer-secret"}
+    sent = acl_cluster.rmq5("produce", acl_cluster.grpc[0], "Orders", json.dumps([{"body": "5x order"}]), env=producer)
+    assert [r["event"] for r in sent] == ["sent"], sent
+    stored = max_offset(acl_cluster)
+    denied = acl_cluster.rmq5("produce", acl_cluster.grpc[0], "Payments", json.dumps([{"body": "no"}]), env=producer)
+    assert [r["event"] for r in denied] == ["failed"] and "no PUB permission on topic 'Payments'" in denied[0]["error"]
+    forged = acl_cluster.rmq5("produce", acl_cluster.grpc[0], "Orders", json.dumps([{"body": "forged"}]),
+                              env={"RMQ5_ACCESS_KEY": "producer-key", "RMQ5_SECRET_KEY": "guessed"})
+    assert [r["event"] for r in forged] in (["startup-failed"], ["failed"]), forged
+    assert "40100" in forged[0]["error"] or "route" in forged[0]["error"], forged  # UNAUTHORIZED, or no route for it
+    unsigned = acl_cluster.rmq5("produce", acl_cluster.grpc[0], "Orders", json.dumps([{"body": "anonymous"}]))
+    assert [r["event"] for r in unsigned] in (["startup-failed"], ["failed"]), unsigned
+    assert max_offset(acl_cluster) == stored  # nothing refused was stored
+    consumer = {"RMQ5_ACCESS_KEY": "consumer-key", "RMQ5_SECRET_KEY": "consumer-secret"}
+    got = acl_cluster.rmq5("consume", acl_cluster.grpc[0], "billing", "Orders", json.dumps({"count": 1, "wait_s": 10}),
+                           env=consumer)
+    assert any(r.get("body") == b"5x order".hex() for r in got)
