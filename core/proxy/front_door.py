@@ -4,10 +4,9 @@ A request arriving on a group's door (or naming a group in ``bname``/``n``, as J
 since 4.9.5 do) goes to a member of that group:
 
 - writes (sends, send-backs, end-transaction, queue locks, and every POP request: POPs write
-  checkpoints) to the master. Under raft, while the
-  group has no leader the request waits for one, up to ``failover_wait_s`` from its arrival; a
-  send that fails on a member that died or stopped leading is sent again to the new leader in
-  that window. A send that reached the old leader may have been stored there too, so a resent
+  checkpoints) to the master. Under raft, while the group has no leader the request waits for
+  one, up to ``failover_wait_s`` from its arrival; a send (or a POP or an ack) that fails on a
+  member that died or stopped leading is sent again to the new leader in that window. A send that reached the old leader may have been stored there too, so a resent
   message can arrive twice (the same UNIQ_KEY): delivery is at least once. Master-slave groups
   do not elect: with no master, writes fail at once with SERVICE_NOT_AVAILABLE, naming why;
 - heartbeats and unregistrations to every member (a slave serves pulls when its master is gone,
@@ -53,6 +52,10 @@ WRITES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, Reque
                     RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE,
                     RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.NOTIFICATION})
 SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
+# what may go again to a new master after the old one died under it: sends (a copy may be stored
+# twice), POPs (what the lost answer handed out comes back after its invisible time) and acks
+# (the checkpoint they ack was replicated with the group's log)
+RESENDABLE = SENDS | {RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE}
 EVERY_MEMBER = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT})
 ROUTING = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO})
 
@@ -184,10 +187,10 @@ class FrontDoor:
                 log.info("%s to %s (group %s) failed: %s", _name(request), master, group, exc)
                 session.drop(master)
                 self.view.suspect(group, master)
-                if request.code in SENDS and trio.current_time() < deadline:
+                if request.code in RESENDABLE and trio.current_time() < deadline:
                     continue
                 return request.reply(ResponseCode.SYSTEM_ERROR, f"broker {group} ({master}) failed: {exc}")
-            if (resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in SENDS
+            if (resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in RESENDABLE
                     and trio.current_time() < deadline and await self._master_moved(group, master)):
                 continue  # it stopped leading: the new leader gets the send
             answer = copy_response(request, resp)

@@ -7,7 +7,8 @@ It runs in a child process with ``.venv/clients/rocketmq5`` first on PYTHONPATH 
     rmq5_client.py produce ENDPOINTS TOPIC SPEC_JSON      SPEC: [{body, tag, keys, props, group,
                                                            delay_s, tx: commit|rollback|unknown}]
     rmq5_client.py consume ENDPOINTS GROUP TOPIC OPTIONS_JSON
-                   OPTIONS: {filter, count, invisible_s, wait_s, ack: all|none, change_s, await_s}
+                   OPTIONS: {filter, count, invisible_s, wait_s, ack: all|none, change_s, await_s,
+                             stop_file}
     rmq5_client.py push ENDPOINTS GROUP TOPIC COUNT WAIT_S
     rmq5_client.py produce-steady ENDPOINTS TOPIC SECONDS STOP_FILE
     rmq5_client.py bench ENDPOINTS TOPIC GROUP COUNT SIZE
@@ -119,17 +120,27 @@ def consume(endpoints: str, group: str, topic: str, options: dict) -> None:
                               await_duration=options.get("await_s", 2))
     consumer.startup()
     got, deadline = 0, time.time() + options.get("wait_s", 20)
+    stop_file = options.get("stop_file")
     try:
-        while got < options.get("count", 1) and time.time() < deadline:
-            for m in consumer.receive(options.get("batch", 16), options.get("invisible_s", 10)) or ():
+        while got < options.get("count", 1) and time.time() < deadline and not (stop_file and os.path.exists(stop_file)):
+            try:
+                received = consumer.receive(options.get("batch", 16), options.get("invisible_s", 10)) or ()
+            except Exception as exc:  # a failover under way: the next receive goes on
+                emit(event="receive-failed", error=f"{type(exc).__name__}: {exc}"[:300], at=time.time())
+                time.sleep(0.1)
+                continue
+            for m in received:
                 got += 1
                 row = shown(m)
                 if options.get("change_s") is not None:
                     consumer.change_invisible_duration(m, options["change_s"])
                     row["changed"] = True
                 if options.get("ack", "all") == "all":
-                    consumer.ack(m)
-                    row["acked"] = True
+                    try:
+                        consumer.ack(m)
+                        row["acked"] = True
+                    except Exception as exc:  # it comes back after its invisible time
+                        row["ack_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 emit(event="received", **row)
     finally:
         consumer.shutdown()

@@ -149,3 +149,15 @@ def test_the_cpp_client_and_the_5x_client_read_each_other(cluster):
     produce(cluster, name, [{"body": f"from-5x-{i}", "tag": "Tag5", "keys": [f"k{i}"]} for i in range(3)])
     read = cluster.cpp("consume", cluster.proxies[0], "Rmq5CrossCpp", name, "Tag5", "3", "20")
     assert sorted(r["body"] for r in read if "body" in r) == [f"from-5x-{i}" for i in range(3)]
+
+
+def test_messages_received_and_not_acked_before_a_broker_restart_all_come_back(cluster):
+    name = topic(cluster, "Rmq5Restart")
+    sent = produce(cluster, name, [{"body": f"r{i}"} for i in range(10)])
+    first = consume(cluster, "Rmq5RestartG", name, count=10, invisible_s=3, ack="none")
+    assert {r["id"] for r in first} == {r["id"] for r in sent}
+    restarted = cluster.mqctl("restart", "broker-a-0")
+    assert restarted.returncode == 0, restarted.stderr
+    again = consume(cluster, "Rmq5RestartG", name, count=10, wait_s=30)
+    assert {r["id"] for r in again} == {r["id"] for r in sent}
+    assert {r["attempt"] for r in again} == {2}
