@@ -24,6 +24,8 @@ import logging
 import time
 import zlib
 
+import trio
+
 from core.broker.acl_file import AclFile
 from core.config import ProxySettings
 from core.errors import RemotingError
@@ -48,6 +50,8 @@ AUTO_RENEW_INVISIBLE_MS = 60_000
 POP_BATCH_MAX = 32
 LONG_POLL_DEFAULT_MS = 20_000
 LONG_POLL_MAX_MS = 60_000
+ROUTE_KEEP_S = 3.0  # a topic's queues as last asked; new queues are used this much later at most
+ROUTES_KEPT_MAX = 10_000
 # a remoting answer's code as a 5.x status code (RocketMQ's proxy's ResponseBuilder)
 STATUS_OF = {
     ResponseCode.SUCCESS: pb.OK, ResponseCode.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
@@ -89,6 +93,7 @@ class MessagingService:
         self.settings = settings
         self.acl = acl
         self._round_robin = itertools.count()
+        self._routes: dict[str, tuple[float, list[QueueSpan]]] = {}  # topic -> (when asked, its queues)
         self.counts: dict[str, int] = {}
 
     def _policy(self):  # the accounts as now (the file is re-read when it changes)
@@ -104,7 +109,19 @@ class MessagingService:
 
     # ------------------------------------------------------------------ routes
 
-    async def _spans(self, topic: str) -> list[QueueSpan]:
+    async def _spans(self, topic: str, *, fresh: bool = False) -> list[QueueSpan]:
+        """The topic's queues by group: from the name servers when ``fresh`` or when the copy
+        kept is older than ``ROUTE_KEEP_S`` (a send per message must not cost a route query)."""
+        kept = self._routes.get(topic)
+        if not fresh and kept is not None and trio.current_time() - kept[0] < ROUTE_KEEP_S:
+            return kept[1]
+        spans = await self._ask_spans(topic)
+        if len(self._routes) >= ROUTES_KEPT_MAX:
+            self._routes.clear()
+        self._routes[topic] = (trio.current_time(), spans)
+        return spans
+
+    async def _ask_spans(self, topic: str) -> list[QueueSpan]:
         request = RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic})
         resp = await self.front.ask_name_servers(request)
         if resp is None or resp.code == ResponseCode.TOPIC_NOT_EXIST:
@@ -119,7 +136,7 @@ class MessagingService:
     async def query_route(self, req: pb.QueryRouteRequest, caller: Caller) -> pb.QueryRouteResponse:
         try:
             topic = check_topic(req.topic.name)
-            spans = await self._spans(topic)
+            spans = await self._spans(topic, fresh=True)
             if not req.endpoints.addresses:
                 raise Refused(pb.ILLEGAL_ACCESS_POINT, "QueryRoute names no endpoints")
             return pb.QueryRouteResponse(status=ok(), message_queues=message_queues(topic, spans, req.endpoints))

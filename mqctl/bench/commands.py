@@ -30,6 +30,7 @@ from mqctl.bench.analyze import bench_analyze
 from mqctl.bench.clusters import SETUPS
 from mqctl.bench.failover import bench_failover
 from mqctl.bench.proxy_overhead import compare_through_proxy
+from mqctl.bench.rmq5 import bench_grpc
 from mqctl.bench.runs import machine, run_workers
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
@@ -44,6 +45,7 @@ class SendApi(str, enum.Enum):
 bench_app = typer.Typer(help="Benchmarks (results belong in docs/benchmarks.md).", no_args_is_help=True)
 bench_app.command("failover")(bench_failover)
 bench_app.command("analyze")(bench_analyze)
+bench_app.command("grpc")(bench_grpc)
 
 ASYNC_TARGET_RATIO = 0.5
 SELECTION_TARGET_RATIO = 0.95  # latency fault tolerance may cost at most 5% when nothing fails

@@ -25,18 +25,19 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 def run_workers(mode: str, base_args: dict[str, object], processes: int,
-                nodes: Config | None = None) -> dict[str, object]:
-    """Start ``processes`` worker processes, release them together, merge their results. With
-    ``nodes``, also the CPU per message of each of its running nodes (from /proc) and of the
-    clients, from the go to the last result."""
+                nodes: Config | None = None, *, module: str = "mqctl.bench.worker",
+                env: dict[str, str] | None = None) -> dict[str, object]:
+    """Start ``processes`` worker processes (python -m ``module``, with ``env``), release them
+    together, merge their results. With ``nodes``, also the CPU per message of each of its
+    running nodes (from /proc) and of the clients, from the go to the last result."""
     import subprocess
     import sys
 
     procs = []
     for worker in range(processes):
         args = dict(base_args, mode=mode, worker=worker, workers=processes)
-        procs.append(subprocess.Popen([sys.executable, "-m", "mqctl.bench.worker", json.dumps(args)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        procs.append(subprocess.Popen([sys.executable, "-m", module, json.dumps(args)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
     for p in procs:
         assert p.stdout is not None
         line = p.stdout.readline().strip()

@@ -21,21 +21,12 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def client_path() -> Path:
-    """Where the Makefile installs the 5.x client (beside the venv's interpreter)."""
-    return Path(sys.prefix) / "clients" / "rocketmq5"
 
 
 def client_env(env: dict[str, str]) -> dict[str, str]:
-    folder = client_path()
-    if not (folder / "rocketmq" / "v5").is_dir():
-        raise RuntimeError(f"the RocketMQ 5 client is not installed in {folder}: run `make install`")
-    return dict(env, PYTHONPATH=f"{folder}{os.pathsep}{ROOT}")
+    """``env`` with the 5.x client (installed by the Makefile) first on PYTHONPATH."""
+    from mqctl.bench.rmq5 import client_env as with_client
+    return with_client(env)
 
 
 def emit(**row: object) -> None:

@@ -161,3 +161,13 @@ def test_messages_received_and_not_acked_before_a_broker_restart_all_come_back(c
     again = consume(cluster, "Rmq5RestartG", name, count=10, wait_s=30)
     assert {r["id"] for r in again} == {r["id"] for r in sent}
     assert {r["attempt"] for r in again} == {2}
+
+
+def test_bench_grpc_measures_both_paths_and_every_process(cluster):
+    name = topic(cluster, "Rmq5Bench")
+    done = cluster.mqctl("bench", "grpc", "--topic", name, "--messages", "200", "--rounds", "1", "--json", timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    for path in ("grpc_send", "remoting_send", "grpc_receive_ack"):
+        assert result[path]["msgs_per_s"] > 0
+        assert {"broker-a-0", "proxy1", "clients"} <= set(result[path]["cpu_us_per_msg"])
