@@ -31,7 +31,7 @@ run: install
 # Two workers: most tests wait on real processes (brokers, Spark's JVM), so the suite takes about
 # two thirds of the time it takes on one.
 test: install
-	$(BIN)/python -m pytest -n 2 --dist worksteal
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=20
 
 bench: install
 	$(BIN)/mqctl bench store

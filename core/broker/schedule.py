@@ -218,7 +218,8 @@ class ScheduleService:
         while saved in self._timers_done:
             self._timers_done.remove(saved)
             saved += 1
-        self.offsets[self._timer_level] = saved
+        if saved or self._timer_level in self.offsets:  # a store that never held a timer saves no key for it
+            self.offsets[self._timer_level] = saved
         return self._timers[0][0] if self._timers else None
 
     def _deliver_level(self, level: int, now_ms: int) -> int | None:

@@ -68,9 +68,12 @@ def message(topic: str, spec: dict):
 def produce(endpoints: str, topic: str, specs: list[dict]) -> None:
     from rocketmq import Producer, TransactionChecker, TransactionResolution
 
+    checked = threading.Event()
+
     class Checker(TransactionChecker):  # an unknown transaction is committed when asked
         def check(self, msg):
             emit(event="check", id=msg.message_id, body=msg.body.decode(errors="replace"))
+            checked.set()
             return TransactionResolution.COMMIT
 
     producer = Producer(config(endpoints), (topic,), Checker())
@@ -98,9 +101,9 @@ def produce(endpoints: str, topic: str, specs: list[dict]) -> None:
                 emit(event="sent", id=receipt.message_id, body=spec.get("body"))
             except Exception as exc:
                 emit(event="failed", error=f"{type(exc).__name__}: {exc}", body=spec.get("body"))
-        deadline = time.time() + float(os.environ.get("RMQ5_LINGER_S", "0"))
-        while unknown and time.time() < deadline:  # stay up for the broker's check-backs
-            time.sleep(0.1)
+        if unknown:  # stay up for the broker's check-back (and its answer's delivery)
+            checked.wait(float(os.environ.get("RMQ5_LINGER_S", "0")))
+            time.sleep(0.5)
     finally:
         producer.shutdown()
 

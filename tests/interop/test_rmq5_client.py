@@ -79,7 +79,7 @@ def test_unacked_messages_come_back_with_a_higher_attempt_then_go_to_the_dead_le
     assert [r["attempt"] for r in got] == list(range(1, MAX_ATTEMPTS + 1))
     assert {r["id"] for r in got} == {message_id}
     # the next delivery would be the 4th: the proxy moves it to %DLQ%{group} instead
-    assert consume(cluster, "Rmq5RedeliverG", name, count=1, invisible_s=1, ack="none", wait_s=5) == []
+    assert consume(cluster, "Rmq5RedeliverG", name, count=1, invisible_s=1, ack="none", wait_s=3) == []
     dlq = cluster.mqctl("tail", "%DLQ%Rmq5RedeliverG", "--group", "dlq-reader", "--count", "1", "--json",
                         "--from-beginning", timeout=30)
     assert dlq.returncode == 0, dlq.stderr
