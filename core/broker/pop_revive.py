@@ -6,6 +6,13 @@ into the group's POP retry topic with one more delivery attempt, then commit the
 The progress is an ordinary consumer offset (group ``CID_RMQ_SYS_REVIVE_GROUP``): a restarted
 broker, or a new raft leader, reads on from it, so an un-acked message is revived even if its
 broker went down in between (at worst twice: delivery is at least once).
+
+Before its first round, the loop also raises every group's POP offsets to the end of each
+checkpoint stored after the revive progress (:func:`recover_pop_offsets`). Offsets move at pop
+time and are saved only now and then (RocketMQ's consumerOffset.json, a follower's periodic
+copy), while every checkpoint is in the replicated log before its messages are handed out: so a
+broker killed without saving, or a new raft leader, does not hand out again from the topic what
+was already handed out (RocketMQ does, with the delivery attempt back at 1).
 """
 
 from __future__ import annotations
@@ -34,9 +41,47 @@ READ_BATCH = 512  # revive-queue entries read per queue and round
 FIRST_POP_TIME = "1ST_POP_TIME"
 
 
+RECOVERY_SCAN_MAX = 200_000  # revive-queue entries read per queue to recover offsets
+
+
+def recover_pop_offsets(broker: Broker) -> int:
+    """Raise POP offsets to the end of every checkpoint after the revive progress; returns how
+    many offsets moved."""
+    store = broker.store
+    topic = revive_topic(broker.cluster)
+    moved = 0
+    for qid in range(REVIVE_QUEUES):
+        start = broker.offsets.get(REVIVE_GROUP, topic, qid) or 0
+        end = min(store.max_queue_offset(topic, qid), start + RECOVERY_SCAN_MAX)
+        if end - start == RECOVERY_SCAN_MAX:
+            log.warning("revive queue %d: recovering POP offsets from %d entries only", qid, RECOVERY_SCAN_MAX)
+        for _, entry in store.iter_queue_entries(topic, qid, start, end - start):
+            try:
+                rec = store.read_record(entry.phys_offset)
+                if rec.properties.get(TAGS) != "ck":
+                    continue
+                ck = CheckPoint.from_json(rec.body)
+            except (KeyError, FormatError):
+                continue
+            if not ck.offset_deltas:
+                continue
+            after = ck.start_offset + max(ck.offset_deltas) + 1
+            if after > (broker.offsets.get(ck.group, ck.topic, ck.queue_id) or 0):
+                broker.offsets.commit(ck.group, ck.topic, ck.queue_id, after)
+                moved += 1
+    return moved
+
+
 async def revive_loop(broker: Broker) -> None:
     """Run while this broker is writable (the caller cancels it when the role changes)."""
     topic = revive_topic(broker.cluster)
+    try:  # on the trio thread: it commits offsets, and checkpoints since the progress are few
+        moved = recover_pop_offsets(broker)
+    except StoreError as exc:
+        log.warning("recovering POP offsets from the checkpoints failed: %s", exc)
+    else:
+        if moved:
+            log.info("POP offsets of %d queues raised to their stored checkpoints", moved)
     ledgers: dict[int, ReviveLedger] = {}
     while True:
         for qid in range(REVIVE_QUEUES):

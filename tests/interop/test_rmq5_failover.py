@@ -97,3 +97,37 @@ def test_a_5x_producer_and_consumer_through_the_proxy_ride_out_leader_kills(raft
           f"{len(rows)} sends, {len(acked)} acknowledged, {len(failed)} failed; {len(received)} received, "
           f"{len(received) - len(set(received))} of them again")
     assert max(gaps) <= FAILOVER_BUDGET_S, gaps
+
+
+@pytest.fixture
+def master_slave_cluster(tmp_path: Path):
+    with running_cluster(tmp_path, child_env(), broker_ids=(0, 1), proxies=1, grpc=True,
+                         proxy="min_invisible_ms = 1000") as c:
+        yield c
+
+
+def test_messages_received_and_not_acked_come_back_after_a_master_slave_failover(master_slave_cluster) -> None:
+    """A master-slave group does not elect: while its master is down, receives (POPs write
+    checkpoints) are refused and its slave serves only 4.x pulls. The checkpoints of what was
+    received are in the master's log and its slave's copy; once the master is back, everything
+    received and not acked is handed out again."""
+    cluster = master_slave_cluster
+    config = load_config(cluster.config)
+    endpoints = cluster.grpc[0]
+    assert cluster.mqctl("topic", "create", "Rmq5Orphan").returncode == 0
+    sent = cluster.rmq5("produce", endpoints, "Rmq5Orphan", json.dumps([{"body": f"o{i}"} for i in range(8)]))
+    assert [r["event"] for r in sent] == ["sent"] * 8
+    options = {"count": 8, "invisible_s": 3, "ack": "none", "wait_s": 15}
+    first = [r for r in cluster.rmq5("consume", endpoints, "Rmq5OrphanG", "Rmq5Orphan", json.dumps(options))
+             if r["event"] == "received"]
+    assert {r["id"] for r in first} == {r["id"] for r in sent}
+    pid = running_pid(config, "broker-a-0")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    during = cluster.rmq5("consume", endpoints, "Rmq5OrphanG", "Rmq5Orphan", json.dumps(dict(options, wait_s=4)))
+    assert [r for r in during if r["event"] == "received"] == []  # nobody gets them while the master is gone
+    assert cluster.mqctl("start", "broker-a-0").returncode == 0
+    again = [r for r in cluster.rmq5("consume", endpoints, "Rmq5OrphanG", "Rmq5Orphan",
+                                     json.dumps({"count": 8, "wait_s": 30})) if r["event"] == "received"]
+    assert {r["id"] for r in again} == {r["id"] for r in sent}
+    assert {r["attempt"] for r in again} == {2}, sorted((r["attempt"], r["id"][-4:]) for r in again)
