@@ -299,9 +299,7 @@ class MessagingService:
         return head + [pb.ReceiveMessageResponse(message=m) for m in messages] + [tail]
 
     async def _receive(self, req: pb.ReceiveMessageRequest, caller: Caller) -> list[pb.Message]:
-        topic = check_topic(req.message_queue.topic.name)
-        group = check_group(req.group.name)
-        check_permission(self._policy(), caller, topic=topic, group=group)
+        topic, group = self._consumer_of(req.message_queue.topic.name, req.group.name, caller)
         broker = req.message_queue.broker.name
         if not broker:
             raise Refused(pb.BAD_REQUEST, "the message queue names no broker")
@@ -342,6 +340,12 @@ class MessagingService:
                                 delivery_attempt=attempt))
         return out
 
+    def _consumer_of(self, topic_name: str, group_name: str, caller: Caller) -> tuple[str, str]:
+        """(topic, group) of a consumer's call, checked, and allowed to the caller's account."""
+        topic, group = check_topic(topic_name), check_group(group_name)
+        check_permission(self._policy(), caller, topic=topic, group=group)
+        return topic, group
+
     def _handle(self, text: str) -> ReceiptHandle:
         try:
             handle = ReceiptHandle.parse(text)
@@ -361,8 +365,7 @@ class MessagingService:
 
     async def ack_message(self, req: pb.AckMessageRequest, caller: Caller) -> pb.AckMessageResponse:
         try:
-            topic, group = check_topic(req.topic.name), check_group(req.group.name)
-            check_permission(self._policy(), caller, topic=topic, group=group)
+            topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
         except Refused as exc:
             return pb.AckMessageResponse(status=refused(exc))
         session = self.clients.get(caller).session
@@ -383,8 +386,7 @@ class MessagingService:
     async def change_invisible_duration(self, req: pb.ChangeInvisibleDurationRequest,
                                         caller: Caller) -> pb.ChangeInvisibleDurationResponse:
         try:
-            topic, group = check_topic(req.topic.name), check_group(req.group.name)
-            check_permission(self._policy(), caller, topic=topic, group=group)
+            topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
             handle = self._handle(req.receipt_handle)
             invisible = duration_ms(req.invisible_duration)
             if not 0 <= invisible <= INVISIBLE_MAX_MS:
@@ -410,8 +412,7 @@ class MessagingService:
     async def forward_to_dead_letter_queue(self, req: pb.ForwardMessageToDeadLetterQueueRequest,
                                            caller: Caller) -> pb.ForwardMessageToDeadLetterQueueResponse:
         try:
-            topic, group = check_topic(req.topic.name), check_group(req.group.name)
-            check_permission(self._policy(), caller, topic=topic, group=group)
+            topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
             handle = self._handle(req.receipt_handle)
         except Refused as exc:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=refused(exc))

@@ -82,6 +82,27 @@ def consumed_indexes(cluster: Cluster, namesrv: str, topic: str, count: int) -> 
     return Counter(int(g["idx"]) for g in got)
 
 
+def kill_the_leader(cluster: Cluster, sends: Callable[[], int],
+                    acked_after: Callable[[float], dict | None]) -> tuple[float, dict]:
+    """SIGKILL broker-a's raft leader after twenty more sends, wait for a send acknowledged
+    after it, start the leader again and wait for all three members: (when it was killed,
+    that send's row)."""
+    config = load_config(cluster.config)
+    leader = wait_for(lambda: leader_of(group_infos(config, "broker-a")), 30, "a raft leader")
+    pid = running_pid(config, str(leader))
+    assert pid is not None
+    before = sends()
+    wait_for(lambda: sends() >= before + 20, 30, "twenty more sends before the kill")
+    killed_at = time.time()
+    os.kill(pid, signal.SIGKILL)
+    first = wait_for(lambda: acked_after(killed_at), 30, "an acknowledged send after the kill")
+    assert isinstance(first, dict)
+    restarted = cluster.mqctl("start", str(leader))
+    assert restarted.returncode == 0, restarted.stderr
+    wait_for(lambda: all(group_infos(config, "broker-a").values()), 30, "all three members answering")
+    return killed_at, first
+
+
 @pytest.fixture
 def raft_cluster(tmp_path: Path) -> Iterator[Cluster]:
     with running_cluster(tmp_path, child_env(), mode="dledger", broker_ids=(0, 1, 2), proxies=1) as c:
@@ -91,25 +112,13 @@ def raft_cluster(tmp_path: Path) -> Iterator[Cluster]:
 def test_a_cpp_producer_through_the_proxy_is_acknowledged_within_seconds_of_each_leader_kill(
         raft_cluster: Cluster, tmp_path: Path) -> None:
     cluster = raft_cluster
-    config = load_config(cluster.config)
     proxy = cluster.proxies[0]
     cluster.mqctl("topic", "create", "Failover")
     gaps: list[float] = []
     with steady_producer(cluster, proxy, "Failover", tmp_path) as producer:
         for _ in range(KILLS):
-            leader = wait_for(lambda: leader_of(group_infos(config, "broker-a")), 30, "a raft leader")
-            pid = running_pid(config, str(leader))
-            assert pid is not None
-            before = len(producer.rows())
-            wait_for(lambda: len(producer.rows()) >= before + 20, 30, "twenty more sends before the kill")
-            killed_at = time.time()
-            os.kill(pid, signal.SIGKILL)
-            first = wait_for(lambda: producer.acked_after(killed_at), 30, "an acknowledged send after the kill")
-            assert isinstance(first, dict)
+            killed_at, first = kill_the_leader(cluster, lambda: len(producer.rows()), producer.acked_after)
             gaps.append(first["answered_at"] - killed_at)
-            restarted = cluster.mqctl("start", str(leader))
-            assert restarted.returncode == 0, restarted.stderr
-            wait_for(lambda: all(group_infos(config, "broker-a").values()), 30, "all three members answering")
         rows = producer.stop()
     print(f"first acknowledged send after each leader kill: {', '.join(f'{g:.2f} s' for g in gaps)}")
     assert max(gaps) <= FAILOVER_BUDGET_S, gaps

@@ -10,17 +10,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from core.config import load_config
-from mqctl.nodes.leadership import group_infos, leader_of
 from mqctl.nodes.processes import running_pid
 from tests.conftest import INTEROP, child_env, running_cluster
 from tests.interop.rmq5_client import client_env
-from tests.interop.test_proxy_failover import FAILOVER_BUDGET_S, wait_for
+from tests.interop.test_proxy_failover import FAILOVER_BUDGET_S, kill_the_leader, wait_for
 
 KILLS = 2
 
@@ -50,7 +48,6 @@ def raft_cluster(tmp_path: Path):
 
 def test_a_5x_producer_and_consumer_through_the_proxy_ride_out_leader_kills(raft_cluster, tmp_path: Path) -> None:
     cluster = raft_cluster
-    config = load_config(cluster.config)
     endpoints = cluster.grpc[0]
     assert cluster.mqctl("topic", "create", "Rmq5Failover").returncode == 0
     stop = tmp_path / "steady.stop"
@@ -66,17 +63,8 @@ def test_a_5x_producer_and_consumer_through_the_proxy_ride_out_leader_kills(raft
         wait_for(lambda: consumer.rows(), 30, "the consumer's first message")
         gaps = []
         for _ in range(KILLS):
-            leader = wait_for(lambda: leader_of(group_infos(config, "broker-a")), 30, "a raft leader")
-            pid = running_pid(config, str(leader))
-            assert pid is not None
-            before = len(producer.rows())
-            wait_for(lambda: len(producer.rows()) >= before + 20, 30, "twenty more sends before the kill")
-            killed_at = time.time()
-            os.kill(pid, signal.SIGKILL)
-            first = wait_for(lambda: acked_after(killed_at), 30, "an acknowledged send after the kill")
+            killed_at, first = kill_the_leader(cluster, lambda: len(producer.rows()), acked_after)
             gaps.append(first["at"] - killed_at)
-            assert cluster.mqctl("start", str(leader)).returncode == 0
-            wait_for(lambda: all(group_infos(config, "broker-a").values()), 30, "all three members answering")
         stop.touch()
         rows = producer.finish()
         acked = {r["id"] for r in rows if "status" in r}
