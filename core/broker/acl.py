@@ -132,6 +132,17 @@ class Account:
             return self.group_perms.get(resource[len(RETRY_PREFIX):], self.default_group_perm)
         return self.topic_perms.get(resource, self.default_topic_perm)
 
+    def refusal(self, resource: str, needed: int) -> str | None:
+        """Why this account may not use ``resource`` (a topic, or ``%RETRY%<group>``) with
+        permission ``needed``, or ``None`` when it may."""
+        owned = self.owned(resource)
+        if self.admin or not (owned & DENY or not owned & needed):
+            return None
+        kind = "group" if resource.startswith(RETRY_PREFIX) else "topic"
+        name = resource[len(RETRY_PREFIX):] if kind == "group" else resource
+        return (f"ACL: {self.access_key!r} has no {perm_text(needed)} permission on {kind} {name!r} "
+                f"(it has {perm_text(owned)})")
+
 
 @dataclass(frozen=True)
 class AclPolicy:
@@ -156,12 +167,8 @@ class AclPolicy:
         if request.code in ADMIN_CODES:
             return f"ACL: request {request.code} needs an admin account; {access_key!r} is not one"
         for resource, needed in request_resources(request):
-            owned = account.owned(resource)
-            if owned & DENY or not owned & needed:
-                kind = "group" if resource.startswith(RETRY_PREFIX) else "topic"
-                name = resource[len(RETRY_PREFIX):] if kind == "group" else resource
-                return (f"ACL: {access_key!r} has no {perm_text(needed)} permission on {kind} {name!r} "
-                        f"(it has {perm_text(owned)})")
+            if (why := account.refusal(resource, needed)) is not None:
+                return why
         return None
 
 

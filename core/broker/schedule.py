@@ -173,8 +173,9 @@ class ScheduleService:
         carry a delay (sends, send-backs) goes through here, as RocketMQ's putMessage does."""
         level = delay_level(rec)
         if not level:
-            due = timer_due_ms(rec, time.time_ns() // 1_000_000)
-            if due is None or due <= time.time_ns() // 1_000_000:
+            now_ms = time.time_ns() // 1_000_000
+            due = timer_due_ms(rec, now_ms)
+            if due is None or due <= now_ms:
                 return rec  # due already: stored as it is, its timer property kept for the consumer
             self.wake.set()
             return to_timer(rec, due, self.timer_queue)

@@ -66,6 +66,17 @@ def select_by_hash(queues: list[MessageQueue], msg: Message, arg: Any) -> Messag
     return queues[digest % len(queues)]
 
 
+def send_request(group: str, topic: str, queue_id: int, body: bytes, sysflag: int, flag: int,
+                 props: dict[str, str], *, born_ms: int | None = None, batch: bool = False) -> RemotingCommand:
+    """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) with its short header names, as stock clients send it."""
+    born_ms = int(time.time() * 1000) if born_ms is None else born_ms
+    ext = {"a": group, "b": topic, "c": AUTO_CREATE_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
+           "e": str(queue_id), "f": str(sysflag), "g": str(born_ms), "h": str(flag),
+           "i": encode_properties(props), "j": "0", "k": "false", "m": "true" if batch else "false"}
+    code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+    return RemotingCommand(code=code, ext_fields=ext, body=body)
+
+
 class SendError(ClientError):
     """Every attempt failed; names each broker tried and why."""
 
@@ -351,11 +362,7 @@ class Producer:
 
     def _command(self, topic: str, queue: MessageQueue, body: bytes, sysflag: int, flag: int,
                  props: dict[str, str], default: bool, *, batch: bool) -> RemotingCommand:
-        ext = {"a": self.group, "b": topic, "c": AUTO_CREATE_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
-               "e": str(queue.queue_id), "f": str(sysflag), "g": str(int(time.time() * 1000)), "h": str(flag),
-               "i": encode_properties(props), "j": "0", "k": "false", "m": "true" if batch else "false"}
-        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        return RemotingCommand(code=code, ext_fields=ext, body=body)
+        return send_request(self.group, topic, queue.queue_id, body, sysflag, flag, props, batch=batch)
 
     async def _send(self, topic: str, body: bytes, sysflag: int, flag: int, props: dict[str, str], *,
                     batch: bool, queue: MessageQueue | None = None, retries: int | None = None) -> SendResult:

@@ -49,6 +49,16 @@ class TransactionState(enum.IntEnum):
     ROLLBACK = TRANSACTION_ROLLBACK
 
 
+def end_transaction_request(group: str, queue_offset: int, phys_offset: int, msg_id: str, state: TransactionState,
+                            from_check: bool, transaction_id: str | None = None) -> RemotingCommand:
+    """END_TRANSACTION for the half at (``queue_offset`` in the half topic, ``phys_offset``)."""
+    return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_fields={
+        "producerGroup": group, "tranStateTableOffset": str(queue_offset),
+        "commitLogOffset": str(phys_offset), "commitOrRollback": str(int(state)),
+        "fromTransactionCheck": "true" if from_check else "false", "msgId": msg_id,
+        "transactionId": transaction_id or msg_id})
+
+
 StateOrAwaitable = TransactionState | Awaitable[TransactionState]
 LocalTransaction = Callable[[Message, Any], StateOrAwaitable]
 CheckListener = Callable[[MessageRecord], StateOrAwaitable]
@@ -123,10 +133,7 @@ class TransactionProducer:
 
     def _end_command(self, queue_offset: int, phys_offset: int, msg_id: str, state: TransactionState,
                      from_check: bool) -> RemotingCommand:
-        return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_fields={
-            "producerGroup": self.group, "tranStateTableOffset": str(queue_offset),
-            "commitLogOffset": str(phys_offset), "commitOrRollback": str(int(state)),
-            "fromTransactionCheck": "true" if from_check else "false", "msgId": msg_id, "transactionId": msg_id})
+        return end_transaction_request(self.group, queue_offset, phys_offset, msg_id, state, from_check)
 
     async def answer_check(self, request: RemotingCommand, half: MessageRecord, conn: Connection) -> None:
         """Ask the check listener about ``half`` and send its answer on the connection the check

@@ -21,7 +21,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from core.broker.acl import DENY, PUB, SUB, AclPolicy
+from core.broker.acl import PUB, RETRY_PREFIX, SUB, AclPolicy
 from core.proxy.grpc_messages import Refused
 from core.remoting.signing import Credentials
 from formats.rocketmq_v2 import messaging_pb2 as pb
@@ -91,14 +91,9 @@ def check_permission(policy: AclPolicy | None, caller: Caller, *, topic: str | N
     account = policy.accounts.get(caller.credentials.access_key)
     if account is None:
         raise Refused(pb.UNAUTHORIZED, "the account was removed")
-    if account.admin:
-        return
-    needed = [(topic, PUB if publish else SUB, "topic")] if topic else []
+    needed = [(topic, PUB if publish else SUB)] if topic else []
     if group:
-        needed.append((f"%RETRY%{group}", SUB, "group"))
-    for resource, perm, kind in needed:
-        owned = account.owned(resource)
-        if owned & DENY or not owned & perm:
-            name = resource.removeprefix("%RETRY%")
-            raise Refused(pb.UNAUTHORIZED, f"{account.access_key!r} has no {'PUB' if perm == PUB else 'SUB'} "
-                                           f"permission on {kind} {name!r}")
+        needed.append((RETRY_PREFIX + group, SUB))
+    for resource, perm in needed:
+        if (why := account.refusal(resource, perm)) is not None:
+            raise Refused(pb.UNAUTHORIZED, why)

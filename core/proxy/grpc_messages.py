@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from core.topic_names import group_problem, topic_problem
+from core.topic_names import DLQ_PREFIX, RETRY_PREFIX, group_problem, send_forbidden, topic_problem
 from formats import sysflag
 from formats.properties import (
     DELAY,
@@ -96,7 +96,7 @@ class Outgoing:
 
 def check_topic(name: str) -> str:
     problem = topic_problem(name)
-    if problem or name.startswith(("rmq_sys_", "%RETRY%", "%DLQ%")) or name == "SCHEDULE_TOPIC_XXXX":
+    if problem or send_forbidden(name) or name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
         raise Refused(pb.ILLEGAL_TOPIC, problem or f"topic {name!r} is a system topic")
     return name
 

@@ -27,6 +27,8 @@ import zlib
 import trio
 
 from core.broker.acl_file import AclFile
+from core.client.producer import send_request
+from core.client.transaction_producer import TransactionState, end_transaction_request
 from core.config import ProxySettings
 from core.errors import RemotingError
 from core.proxy.front_door import FrontDoor
@@ -39,7 +41,6 @@ from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
 from formats.msgid import decode_offset_msg_id
 from formats.pop import PopAnswer, PopRecordError, ReceiptHandle, retry_topic
-from formats.properties import encode_properties
 from formats.record import decode_records
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
@@ -77,6 +78,14 @@ def status_of(resp: RemotingCommand | None, what: str) -> pb.Status:
         return ok()
     return pb.Status(code=STATUS_OF.get(resp.code, pb.INTERNAL_SERVER_ERROR),
                      message=f"{what}: {resp.remark or 'refused'} (code {resp.code})")
+
+
+def overall(statuses: list[pb.Status]) -> pb.Status:
+    """A request's status from its entries': theirs when they agree, else MULTIPLE_RESULTS."""
+    if not statuses:
+        return ok()
+    return statuses[0] if len({s.code for s in statuses}) == 1 else \
+        pb.Status(code=pb.MULTIPLE_RESULTS, message="results differ")
 
 
 def refused(exc: Refused) -> pb.Status:
@@ -215,9 +224,7 @@ class MessagingService:
         except Refused as exc:
             return pb.SendMessageResponse(status=refused(exc))
         entries = [await self._send_one(m, queues, caller) for m in req.messages]
-        codes = {e.status.code for e in entries}
-        status = entries[0].status if len(codes) == 1 else pb.Status(code=pb.MULTIPLE_RESULTS, message="results differ")
-        return pb.SendMessageResponse(status=status, entries=entries)
+        return pb.SendMessageResponse(status=overall([e.status for e in entries]), entries=entries)
 
     async def _send_one(self, msg: pb.Message, queues: list[tuple[str, int]], caller: Caller) -> pb.SendResultEntry:
         try:
@@ -228,10 +235,9 @@ class MessagingService:
             group, queue_id = queues[zlib.crc32(out.message_group.encode()) % len(queues)]
         else:
             group, queue_id = queues[next(self._round_robin) % len(queues)]
-        ext = {"a": out.topic, "b": out.topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(out.sysflag),
-               "g": str(out.born_ms), "h": "0", "i": encode_properties(out.properties), "j": "0", "k": "false",
-               "m": "false"}
-        request = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=out.body, language="PYTHON")
+        # RocketMQ's proxy sends with the topic as the producer group
+        request = send_request(out.topic, out.topic, queue_id, out.body, out.sysflag, 0, out.properties,
+                               born_ms=out.born_ms)
         client = self.clients.get(caller)
         resp = await self.front.write(request, client.session, group)
         message_id = msg.system_properties.message_id
@@ -262,12 +268,10 @@ class MessagingService:
             return pb.EndTransactionResponse(status=pb.Status(
                 code=pb.INTERNAL_SERVER_ERROR, message="the proxy knows no half message with that transaction id "
                 "(it answers the broker's check-back in time)"))
-        outcome = {pb.COMMIT: 8, pb.ROLLBACK: 12}.get(req.resolution, 0)
-        request = RemotingCommand(code=RequestCode.END_TRANSACTION, language="PYTHON", ext_fields={
-            "producerGroup": topic, "tranStateTableOffset": str(half.tran_state_offset),
-            "commitLogOffset": str(half.commit_log_offset), "commitOrRollback": str(outcome),
-            "fromTransactionCheck": "true" if req.source == pb.SOURCE_SERVER_CHECK else "false",
-            "msgId": req.message_id, "transactionId": req.transaction_id})
+        outcome = {pb.COMMIT: TransactionState.COMMIT, pb.ROLLBACK: TransactionState.ROLLBACK}.get(
+            req.resolution, TransactionState.UNKNOWN)
+        request = end_transaction_request(topic, half.tran_state_offset, half.commit_log_offset, req.message_id,
+                                          outcome, req.source == pb.SOURCE_SERVER_CHECK, req.transaction_id)
         request.flag |= FLAG_ONEWAY  # RocketMQ's proxy sends it oneway too: the check-back settles a lost one
         await self.front.write(request, self.clients.get(caller).session, half.group)
         return pb.EndTransactionResponse(status=ok())
@@ -379,9 +383,7 @@ class MessagingService:
                 status = refused(exc)
             entries.append(pb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                     status=status))
-        codes = {e.status.code for e in entries}
-        status = entries[0].status if len(codes) == 1 else pb.Status(code=pb.MULTIPLE_RESULTS, message="results differ")
-        return pb.AckMessageResponse(status=status if entries else ok(), entries=entries)
+        return pb.AckMessageResponse(status=overall([e.status for e in entries]), entries=entries)
 
     async def change_invisible_duration(self, req: pb.ChangeInvisibleDurationRequest,
                                         caller: Caller) -> pb.ChangeInvisibleDurationResponse:
