@@ -79,7 +79,6 @@ class GrpcClient:
         self.settings: pb.Settings | None = None
         self.streams: list[Push] = []
         self.last_seen = trio.current_time()
-        self.heartbeat_body: bytes | None = None
 
     @property
     def producer_topics(self) -> list[str]:

@@ -16,13 +16,7 @@ import sys
 import time
 from concurrent.futures import Future, wait
 
-SAMPLE_MAX = 20_000
-
-
-def _sample(latencies: list[float]) -> list[float]:
-    latencies.sort()
-    step = max(1, len(latencies) // SAMPLE_MAX)
-    return latencies[::step]
+from mqctl.bench.worker import sample
 
 
 def _go() -> float:
@@ -70,7 +64,7 @@ def produce(args: dict) -> dict:
     cpu = time.process_time() - cpu_at_go
     producer.shutdown()
     ok = statuses.get("SEND_OK", 0)
-    return {"count": ok, "bytes": ok * args["size"], "elapsed": elapsed, "latencies_ms": _sample(latencies),
+    return {"count": ok, "bytes": ok * args["size"], "elapsed": elapsed, "latencies_ms": sample(latencies),
             "statuses": statuses, "batch_requests": 0, "batched": 0, "faults": [], "cpu_s": cpu}
 
 
@@ -95,7 +89,7 @@ def consume(args: dict) -> dict:
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu_at_go
     consumer.shutdown()
-    return {"count": got, "bytes": size, "elapsed": elapsed, "latencies_ms": _sample(latencies), "cpu_s": cpu}
+    return {"count": got, "bytes": size, "elapsed": elapsed, "latencies_ms": sample(latencies), "cpu_s": cpu}
 
 
 def main() -> None:
