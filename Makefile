@@ -1,12 +1,13 @@
 # make run  - install into .venv, start the default cluster, show a send/tail round trip and status
-# make test - install into .venv and run the whole test suite
+# make test - install into .venv and run the whole test suite (short forms of the long drills)
+# make test-long - the long drills, soaks and the 10,000-seed simulation (tests marked slow)
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test test-long bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,11 @@ run: install
 # two thirds of the time it takes on one.
 test: install
 	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=20
+
+# The tests marked slow: the chaos drills of every mode, the Spark standalone cluster, the
+# 10,000-seed raft simulation. CI runs them after make test.
+test-long: install
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=20 -m slow
 
 bench: install
 	$(BIN)/mqctl bench store

@@ -1,6 +1,7 @@
-"""`mqctl chaos`, the short form CI runs: 40 s of faults per replication mode on a cluster of the
-drill's own (real processes behind fault proxies), with seeds whose schedules hold a kill, a
-pause and a partition. The long form (10 minutes per mode) is recorded in docs/reliability.md."""
+"""`mqctl chaos`: 40 s of faults per replication mode on a cluster of the drill's own (real
+processes behind fault proxies), with seeds whose schedules hold a kill, a pause and a
+partition. make test drills the raft mode; make test-long (slow) the master-slave modes too.
+The long form (10 minutes per mode) is recorded in docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -30,8 +31,12 @@ def can_mount_tmpfs() -> bool:
 # the slave, fill the master's disk, pause it; sync: kill and pause the master, partition and
 # pause the slave; dledger: kill member 2, pause, partition and fill member 0. Without
 # permission to mount, async and dledger drill the other three kinds.
-DRILLS = ([("async", 56, ALL_FAULTS), ("sync", 32, THREE_FAULTS), ("dledger", 108, ALL_FAULTS)]
-          if can_mount_tmpfs() else [("async", 32, THREE_FAULTS), ("sync", 32, THREE_FAULTS), ("dledger", 2, THREE_FAULTS)])
+_SLOW = pytest.mark.slow
+DRILLS = ([pytest.param("async", 56, ALL_FAULTS, marks=_SLOW), pytest.param("sync", 32, THREE_FAULTS, marks=_SLOW),
+           ("dledger", 108, ALL_FAULTS)]
+          if can_mount_tmpfs() else
+          [pytest.param("async", 32, THREE_FAULTS, marks=_SLOW), pytest.param("sync", 32, THREE_FAULTS, marks=_SLOW),
+           ("dledger", 2, THREE_FAULTS)])
 
 
 def chaos(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:

@@ -84,6 +84,7 @@ def standalone_master(tmp_path, subprocess_env):
         logs.close()
 
 
+@pytest.mark.slow  # make test-long; make test's short form of a Spark cluster is the spark-submit job below
 def test_a_configs_stores_on_a_standalone_master_match_plain_python(
         standalone_master, analysis_stores, tmp_path, subprocess_env):
     url, spark_env = standalone_master
