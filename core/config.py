@@ -282,6 +282,13 @@ class ProxySettings:
     max_delivery_attempts: int = 17
     # the shortest invisible time a receive may ask for (RocketMQ's proxy: 10 s)
     min_invisible_ms: int = 10_000
+    # what 5.x clients may take (docs/grpc.md, "Limits"); keep grpc_clients_max below the brokers'
+    # connections_max: each client holds upstream connections
+    grpc_clients_max: int = 512
+    grpc_clients_per_host_max: int = 128
+    grpc_calls_max: int = 4096
+    grpc_streams_per_client_max: int = 8
+    telemetry_outbox_max: int = 256
 
     def __post_init__(self) -> None:
         if not 0 <= self.failover_wait_ms <= 60_000:
@@ -293,6 +300,9 @@ class ProxySettings:
             raise ConfigError("proxy.max_delivery_attempts must be between 1 and 1000")
         if not 0 <= self.min_invisible_ms <= 43_200_000:
             raise ConfigError("proxy.min_invisible_ms must be between 0 and 43200000 (12 h)")
+        for name in [f for f in self.__dataclass_fields__ if f.startswith(("grpc_", "telemetry_"))]:
+            if not 1 <= getattr(self, name) <= 1_000_000:
+                raise ConfigError(f"proxy.{name} must be between 1 and 1000000")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,16 @@
  K E Y S 01 k 1 02 T A G S 01 T a g A 02 ...
  |name|  sep|val|end|                   (NAME_VALUE_SEPARATOR = 0x01, PROPERTY_SEPARATOR = 0x02)
 ```
-Decoding is tolerant like RocketMQ's: malformed pairs are skipped.
+Decoding is tolerant like RocketMQ's: malformed pairs are skipped. Encoding refuses a name or
+value holding either separator: it would plant other properties (a client's text becoming
+``UNIQ_KEY``, ``DELAY`` or ``REAL_TOPIC``), so nothing is encoded that decodes differently.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+
+from formats.errors import FormatError
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -37,11 +41,21 @@ TIMER_OUT_MS = "TIMER_OUT_MS"  # when a held timer message is due (set by the br
 KEY_SEPARATOR = " "
 
 
+class PropertySeparatorError(FormatError):
+    """A property name or value holds a separator character."""
+
+
 def encode_properties(props: Mapping[str, str]) -> str:
-    """The wire/disk string for ``props``, in insertion order."""
+    """The wire/disk string for ``props``, in insertion order; :class:`PropertySeparatorError`
+    when a name or value holds a separator."""
     if not props:
         return ""
-    return "\x02".join(map("\x01".join, props.items())) + "\x02"
+    text = "\x02".join(map("\x01".join, props.items())) + "\x02"
+    # each pair adds exactly one of each separator: any more came from a name or a value
+    if text.count(NAME_VALUE_SEPARATOR) != len(props) or text.count(PROPERTY_SEPARATOR) != len(props):
+        bad = next(k for k, v in props.items() if any(c in k + v for c in "\x01\x02"))
+        raise PropertySeparatorError(f"property {bad[:64]!r}: a name or value may not hold \\x01 or \\x02")
+    return text
 
 
 def decode_properties(text: str) -> dict[str, str]:

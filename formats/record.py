@@ -192,8 +192,7 @@ def prepare_record(rec: MessageRecord) -> PreparedRecord:
     (topic field, properties). The magic is v2 only when the topic needs a 2-byte length."""
     props_bytes = rec.properties_text
     if props_bytes is None:
-        props = rec.properties
-        props_bytes = ("\x02".join(map("\x01".join, props.items())) + "\x02").encode() if props else b""
+        props_bytes = encode_properties(rec.properties).encode()
     if len(props_bytes) > PROPERTIES_SIZE_MAX:
         raise RecordError(f"properties are {len(props_bytes)} bytes, more than {PROPERTIES_SIZE_MAX}")
     fixed, magic, flags, born, store, v4, topic_field = _shared_fields(

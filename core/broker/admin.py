@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from core.acl.permissions import SUB
 from core.broker.headers import as_int
 from core.broker.topics import AUTO_CREATE_TOPIC, TopicConfig, queue_nums_problem, topic_problem
 from core.remoting.codes import ResponseCode
@@ -85,4 +86,7 @@ def view_message(broker: Broker, request: RemotingCommand, conn: Connection) -> 
         return request.reply(ResponseCode.SYSTEM_ERROR, f"no message at commitlog offset {request.ext_fields.get('offset')}")
     except ValueError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    refused = broker.acl_refusal(request, conn, [(rec.topic, SUB)])  # the offset named no topic
+    if refused is not None:
+        return request.reply(ResponseCode.NO_PERMISSION, refused)
     return request.reply(ResponseCode.SUCCESS, body=broker.store.commitlog.read(offset, rec.total_size))

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import trio
 
-from core.broker.acl_file import AclFile
+from core.acl.file import AclFile
+from core.acl.requests import Resource
 from core.broker.clients import ClientRegistry
 from core.broker.consumer_filters import ConsumerFilterTable
 from core.broker.long_polling import PullHold
 from core.broker.offsets import ConsumerOffsets
-from core.broker.pop_order import OrderBook
+from core.broker.pop.order import OrderBook
 from core.broker.queue_locks import QueueLocks
 from core.broker.replication import Replication
 from core.broker.request_names import request_name_problem
@@ -48,6 +49,10 @@ def default_cold_read_lag_bytes() -> int:
         return 4 << 30
 
 
+def _peer_ip(conn: Connection) -> str:
+    return split_address(conn.remote)[0] if ":" in conn.remote else ""
+
+
 class Broker:
     """One broker node: everything a request handler needs."""
 
@@ -76,6 +81,7 @@ class Broker:
         self.schedule = ScheduleService(store, root / "config", self.store_host)
         self.queue_locks = QueueLocks()
         self.pop_order = OrderBook()  # FIFO POPs' outstanding batches
+        self.pop_ready = trio.Event()  # set once a writable broker's POP offsets are recovered
         self.transactions = TransactionService(store, root / "config", self.settings, self.store_host,
                                                self.producer_connections, self.schedule.hold_if_delayed)
         self.acl = AclFile(config.acl_file) if config.acl.enabled else None
@@ -94,7 +100,7 @@ class Broker:
 
     def process(self, request: RemotingCommand, conn: Connection) -> Reply:
         if self.acl is not None:
-            refused = self.acl.policy.check(request, split_address(conn.remote)[0] if ":" in conn.remote else "")
+            refused = self.acl.policy.check(request, _peer_ip(conn))
             if refused is not None:
                 log.warning("refused request %d from %s: %s", request.code, conn.remote, refused)
                 return request.reply(ResponseCode.NO_PERMISSION, refused)
@@ -107,7 +113,20 @@ class Broker:
             return request.reply(ResponseCode.SYSTEM_ERROR, problem)
         return handler(self, request, conn)
 
+    def acl_refusal(self, request: RemotingCommand, conn: Connection, resources: list[Resource]) -> str | None:
+        """With ACL on: why the request's account may not use ``resources`` as well, which the
+        handler found only once it read the store (the topic of a message viewed by offset)."""
+        if self.acl is None:
+            return None
+        return self.acl.policy.checked_refusal(request, _peer_ip(conn), resources)
+
     # ------------------------------------------------------------------ events
+
+    def role_changed(self) -> None:
+        """The node stopped or started taking writes: POP waits for the next recovery. The old
+        event is set so that POPs waiting on it look again (and find the role changed)."""
+        ready, self.pop_ready = self.pop_ready, trio.Event()
+        ready.set()
 
     def topics_changed(self) -> None:
         """Register with the name servers now rather than at the next period."""

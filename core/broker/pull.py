@@ -11,6 +11,7 @@ import trio
 
 from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
 from core.broker.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
+from core.broker.long_polling import HeldCount, held_count
 from core.config import MASTER_ID
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
@@ -42,17 +43,9 @@ class PullOutcome:
         }, body=self.body)
 
 
-HELD_PULLS = "held_pulls"  # the connection attribute counting its pulls held now
 # ConsumeQueue entries a filtered pull reads looking for matches before it answers with what it
 # found (RocketMQ reads up to 16000; fewer here, as one pull holds the node's only thread)
 FILTER_SCAN_ENTRIES_MAX = 1024
-
-
-class HeldCount:
-    __slots__ = ("count",)
-
-    def __init__(self) -> None:
-        self.count = 0
 
 
 class HeldPull:
@@ -92,8 +85,7 @@ def handle_pull(broker: Broker, request: RemotingCommand, conn: Connection) -> R
     outcome = pull_once(broker, header, message_filter)
     if outcome.code == ResponseCode.PULL_NOT_FOUND and header.sysflag & PULL_SUSPEND \
             and broker.hold.parked < broker.hold.parked_max:
-        held = conn.attributes.setdefault(HELD_PULLS, HeldCount())
-        assert isinstance(held, HeldCount)
+        held = held_count(conn.attributes)
         if held.count >= broker.settings.held_pulls_per_connection_max:
             # not PULL_NOT_FOUND, which clients answer with another pull at once: a busy answer
             # makes them wait before pulling again

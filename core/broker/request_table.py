@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from core.broker import admin, client_requests, consumer_admin, pop
+from core.broker import admin, client_requests, consumer_admin
 from core.broker.broker import Handler
 from core.broker.end_transaction import handle_end_transaction
+from core.broker.pop import acks, processor
+from core.broker.pop.revive import when_pop_ready
 from core.broker.pull import handle_pull
 from core.broker.query import handle_query_message
 from core.broker.send import handle_send
@@ -21,11 +23,11 @@ HANDLERS: Mapping[int, Handler] = MappingProxyType({
     RequestCode.SEND_MESSAGE_V2: lambda b, r, c: handle_send(b, r, c, v2=True, batch=False),
     RequestCode.SEND_BATCH_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=True, batch=True),
     RequestCode.PULL_MESSAGE: handle_pull,
-    RequestCode.POP_MESSAGE: pop.handle_pop,
-    RequestCode.ACK_MESSAGE: pop.handle_ack,
-    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: pop.handle_change_invisible,
-    RequestCode.BATCH_ACK_MESSAGE: pop.handle_batch_ack,
-    RequestCode.NOTIFICATION: pop.handle_notification,
+    RequestCode.POP_MESSAGE: when_pop_ready(processor.handle_pop),
+    RequestCode.ACK_MESSAGE: when_pop_ready(acks.handle_ack),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: when_pop_ready(acks.handle_change_invisible),
+    RequestCode.BATCH_ACK_MESSAGE: when_pop_ready(acks.handle_batch_ack),
+    RequestCode.NOTIFICATION: when_pop_ready(processor.handle_notification),
     RequestCode.CONSUMER_SEND_MSG_BACK: handle_send_back,
     RequestCode.END_TRANSACTION: handle_end_transaction,
     RequestCode.LOCK_BATCH_MQ: client_requests.lock_batch,

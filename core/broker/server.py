@@ -7,9 +7,10 @@ from pathlib import Path
 
 import trio
 
+from core.acl.file import keep_acl_current
 from core.broker.broker import Broker
 from core.broker.long_polling import PullHold
-from core.broker.pop_revive import revive_loop
+from core.broker.pop.revive import make_pop_ready, revive_loop
 from core.broker.registration import registration_loop, unregister_all
 from core.broker.request_table import HANDLERS
 from core.broker.slave_sync import slave_sync_loop
@@ -60,6 +61,8 @@ async def serve_broker(
                     nursery.start_soon(_follow_role, broker, client)
                     nursery.start_soon(registration_loop, broker, client, config.namesrv_addresses)
                     nursery.start_soon(_housekeeping, broker)
+                    if broker.acl is not None:
+                        nursery.start_soon(keep_acl_current, broker.acl)
                     log.info("broker %s listening on %s", node.node, broker.address)
                     served = True
                     task_status.started(bound)
@@ -79,6 +82,8 @@ async def _follow_role(broker: Broker, client: RemotingClient) -> None:
     transactions; a replica copies its master's metadata. Under raft the role changes with
     elections: the tasks are swapped and the node registers its new id at once."""
     while True:
+        if broker.replication.writable:
+            make_pop_ready(broker)
         async with trio.open_nursery() as nursery:
             if broker.replication.writable:  # a replica's log only grows by replication
                 nursery.start_soon(broker.schedule.run)
@@ -87,6 +92,7 @@ async def _follow_role(broker: Broker, client: RemotingClient) -> None:
             else:
                 nursery.start_soon(slave_sync_loop, broker, client)
             await broker.replication.wait_role_changed()
+            broker.role_changed()
             nursery.cancel_scope.cancel()
         if broker.replication.writable:
             broker.adopt_stored_topics()
@@ -102,8 +108,6 @@ async def _housekeeping(broker: Broker) -> None:
         await trio.sleep(HOUSEKEEPING_S)
         for group in broker.clients.expire(broker.now_ms(), CLIENT_IDLE_MS):
             broker.consumer_group_changed(group)
-        if broker.acl is not None:
-            broker.acl.keep_current()
         if trio.current_time() >= next_persist:
             await trio.to_thread.run_sync(broker.offsets.save)
             next_persist = trio.current_time() + persist_every

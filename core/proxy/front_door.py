@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 import trio
 
-from core.broker.acl_file import AclFile
+from core.acl.file import AclFile
 from core.errors import RemotingError
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors

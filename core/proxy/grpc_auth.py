@@ -21,7 +21,8 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from core.broker.acl import PUB, RETRY_PREFIX, SUB, AclPolicy
+from core.acl.permissions import SUB, group_resource
+from core.acl.policy import AclPolicy
 from core.proxy.grpc_messages import Refused
 from core.remoting.signing import Credentials
 from formats.rocketmq_v2 import messaging_pb2 as pb
@@ -83,17 +84,17 @@ def caller_of(metadata: Mapping[str, str], peer_host: str, policy: AclPolicy | N
 
 
 def check_permission(policy: AclPolicy | None, caller: Caller, *, topic: str | None = None,
-                     group: str | None = None, publish: bool = False) -> None:
-    """:class:`Refused` (UNAUTHORIZED) unless the caller's account may publish to / subscribe
-    to ``topic`` and consume as ``group``."""
+                     group: str | None = None, topic_perm: int = SUB) -> None:
+    """:class:`Refused` (FORBIDDEN, as RocketMQ's proxy answers an authorization failure)
+    unless the caller's account has ``topic_perm`` (either bit, when it has two) on ``topic``
+    and SUB on ``group``."""
     if policy is None or caller.credentials is None:
         return
     account = policy.accounts.get(caller.credentials.access_key)
     if account is None:
         raise Refused(pb.UNAUTHORIZED, "the account was removed")
-    needed = [(topic, PUB if publish else SUB)] if topic else []
+    needed = [(topic, topic_perm)] if topic else []
     if group:
-        needed.append((RETRY_PREFIX + group, SUB))
-    for resource, perm in needed:
-        if (why := account.refusal(resource, perm)) is not None:
-            raise Refused(pb.UNAUTHORIZED, why)
+        needed.append((group_resource(group), SUB))
+    if (why := policy.refusal(account, needed)) is not None:
+        raise Refused(pb.FORBIDDEN, why)

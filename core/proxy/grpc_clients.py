@@ -7,6 +7,12 @@ topics as its producer groups there, and turns the brokers' transaction check-ba
 ``RecoverOrphanedTransactionCommand`` on the client's telemetry stream. POP consumers are not
 registered with the brokers as consumers: a 4.x consumer of the same group would otherwise
 hand them queues in its rebalance, and POP consumers do not pull.
+
+A client id belongs to the account that first used it (with ACL on): another account's call
+naming it is refused (FORBIDDEN) and changes nothing, so nobody can end another's session or
+take its check-backs. The same account signing with a new secret key gets a fresh record. How
+many clients the proxy serves, in all and per address, is bounded (each holds connections to
+the brokers), and so are each client's telemetry streams.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import trio
 
 from core.config import ProxySettings
 from core.proxy.grpc_auth import Caller
-from core.proxy.grpc_messages import duration, incoming
+from core.proxy.grpc_messages import Refused, duration, incoming
 from core.proxy.session import ClientSession
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
@@ -94,6 +100,11 @@ class GrpcClient:
         return True
 
 
+def _account(caller: Caller) -> str | None:
+    """Who a caller is: the account it signed as (None: ACL off, or a white-listed address)."""
+    return caller.credentials.access_key if caller.credentials is not None else None
+
+
 class _CheckBackRelay:
     """The brokers' requests to one 5.x client, answered by the proxy on its behalf."""
 
@@ -125,27 +136,51 @@ class GrpcClients:
         return len(self._clients)
 
     def get(self, caller: Caller) -> GrpcClient:
-        """The caller's client record (made on its first call); a call signed by another account
-        than the record's gets a fresh record, so nobody borrows another's upstream signature."""
+        """The caller's client record, made on its first call. :class:`Refused` when the client
+        id is another account's (FORBIDDEN), or when a new one would pass the bounds on clients
+        (TOO_MANY_REQUESTS)."""
         client = self._clients.get(caller.client_id)
         if client is not None and client.caller.credentials != caller.credentials:
-            self.drop(caller.client_id)
+            if _account(client.caller) != _account(caller):
+                raise Refused(pb.FORBIDDEN, f"client id {caller.client_id[:64]!r} is in use by another account")
+            self.drop(caller.client_id)  # the same account, signing with a new key: sign upstream with it
             client = None
         if client is None:
+            self._check_room(caller)
             relay = _CheckBackRelay(self, caller.client_id)
             client = self._clients[caller.client_id] = GrpcClient(
                 caller, ClientSession(self._nursery, relay, caller.credentials))
         client.last_seen = trio.current_time()
         return client
 
+    def _check_room(self, caller: Caller) -> None:
+        if len(self._clients) >= self._settings.grpc_clients_max:
+            raise Refused(pb.TOO_MANY_REQUESTS, f"the proxy serves {len(self._clients)} RocketMQ 5 clients, its "
+                          "limit (proxy.grpc_clients_max)")
+        same_host = sum(1 for c in self._clients.values() if c.caller.peer_host == caller.peer_host)
+        if same_host >= self._settings.grpc_clients_per_host_max:
+            raise Refused(pb.TOO_MANY_REQUESTS, f"the proxy serves {same_host} clients from {caller.peer_host}, its "
+                          "limit per address (proxy.grpc_clients_per_host_max)")
+
     def attach(self, caller: Caller, push: Push) -> None:
         """A telemetry stream of the caller opened: commands for the client go down it."""
-        self.get(caller).streams.append(push)
+        client = self.get(caller)
+        if len(client.streams) >= self._settings.grpc_streams_per_client_max:
+            raise Refused(pb.TOO_MANY_REQUESTS, f"client {caller.client_id[:64]!r} has {len(client.streams)} telemetry "
+                          "streams open, its limit (proxy.grpc_streams_per_client_max)")
+        client.streams.append(push)
 
     def detach(self, client_id: str, push: Push) -> None:
         client = self._clients.get(client_id)
         if client is not None and push in client.streams:
             client.streams.remove(push)
+
+    def terminate(self, caller: Caller) -> None:
+        """NotifyClientTermination: the caller's own record goes (another account's is refused)."""
+        client = self._clients.get(caller.client_id)
+        if client is not None and _account(client.caller) != _account(caller):
+            raise Refused(pb.FORBIDDEN, f"client id {caller.client_id[:64]!r} is in use by another account")
+        self.drop(caller.client_id)
 
     def drop(self, client_id: str) -> None:
         client = self._clients.pop(client_id, None)

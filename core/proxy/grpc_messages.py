@@ -14,7 +14,9 @@ wrote and the reverse):
 
 Everything is checked where it enters, with the code RocketMQ's proxy answers (a
 :class:`Refused`); a GZIP body is inflated here, bounded by the body limit, and stored as sent
-by a 4.x client (4.x compression is zlib, not gzip).
+by a 4.x client (4.x compression is zlib, not gzip). No text a client sends may hold a control
+character (the property separators ``\x01``/``\x02`` among them): else it could plant reserved
+properties such as ``UNIQ_KEY``, ``PGROUP``, ``DELAY`` or ``TIMER_DELIVER_MS``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ USER_PROPERTIES_MAX = 128
 PROPERTIES_BYTES_MAX = 16 * 1024
 MESSAGE_GROUP_BYTES_MAX = 64
 DELIVERY_AHEAD_MAX_MS = 24 * 3600 * 1000
+BORN_HOST_LENGTH_MAX = 255  # a host name or an address
+TRACE_CONTEXT_LENGTH_MAX = 1024  # a W3C traceparent is 55 characters
 RECOVERY_SECONDS_MAX = 3600
 # names the broker and the clients give meaning to: a user property may not use them
 RESERVED_NAMES = frozenset({
@@ -167,6 +171,9 @@ def outgoing(msg: pb.Message, peer_host: str, now_ms: int | None = None) -> Outg
             raise Refused(pb.ILLEGAL_DELIVERY_TIME, "the delivery timestamp is more than 24 hours ahead")
         props[TIMER_DELIVER_MS] = str(max(due_ms, 0))
     if sp.HasField("trace_context"):
+        if len(sp.trace_context) > TRACE_CONTEXT_LENGTH_MAX or not _printable(sp.trace_context):
+            raise Refused(pb.BAD_REQUEST, f"trace_context has a control character or over {TRACE_CONTEXT_LENGTH_MAX} "
+                          "characters")
         props[TRACE_CONTEXT] = sp.trace_context
     flag = 0
     transactional = sp.message_type == pb.TRANSACTION
@@ -180,6 +187,9 @@ def outgoing(msg: pb.Message, peer_host: str, now_ms: int | None = None) -> Outg
             props[CHECK_IMMUNITY] = str(seconds)
     props[UNIQ_KEY] = sp.message_id
     props[PGROUP] = topic  # RocketMQ's proxy uses the topic as the producer group
+    if len(sp.born_host) > BORN_HOST_LENGTH_MAX or not _printable(sp.born_host) or " " in sp.born_host:
+        raise Refused(pb.BAD_REQUEST, f"born_host has a space, a control character or over {BORN_HOST_LENGTH_MAX} "
+                      "characters")
     props[BORN_HOST] = sp.born_host or peer_host
     if sum(len(k) + len(v) for k, v in props.items()) > PROPERTIES_BYTES_MAX:
         raise Refused(pb.MESSAGE_PROPERTIES_TOO_LARGE, f"the properties take more than {PROPERTIES_BYTES_MAX} bytes")

@@ -9,8 +9,14 @@ the answer. Streams:
 - ReceiveMessage: the trio side answers the whole POP (after its long poll); the frames are
   then written in order (status, messages, delivery timestamp) and the stream completes.
 - Telemetry: every Settings the client writes is answered on the stream; the trio side may push
-  commands at any time (transaction check-backs) through the stream's queue. The stream ends
-  when the client ends it.
+  commands at any time (transaction check-backs) through the stream's outbox, which holds at
+  most ``proxy.telemetry_outbox_max`` (a client that does not read loses the newest; a broker
+  asks again about an open transaction). The stream ends when the client ends it.
+
+Calls in progress are bounded (``proxy.grpc_calls_max``, streams included): one more is answered
+TOO_MANY_REQUESTS at once (a Telemetry stream: RESOURCE_EXHAUSTED), and grpcio's own limit, a
+little higher, backs it. This thread keeps only its own counters (calls now, telemetry commands
+dropped); every per-RPC counter is kept on the trio side.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ log = logging.getLogger(__name__)
 SERVICE = "apache.rocketmq.v2.MessagingService"
 MESSAGE_BYTES_MAX = 16 * 1024 * 1024  # a SendMessage of several 4 MiB bodies; bounded before decoding
 STOP_GRACE_S = 1.0
+STREAMS_PER_CONNECTION_MAX = 256  # HTTP/2 streams one connection may have open (more wait)
 
 
 def _peer_host(context: grpc.aio.ServicerContext) -> str:
@@ -50,6 +57,20 @@ class GrpcDoor:
     def __init__(self, service: MessagingService, portal: TrioPortal) -> None:
         self.service = service
         self.portal = portal
+        self.calls_max = service.settings.grpc_calls_max
+        self.calls = 0  # in progress now; written on this thread only
+        self.telemetry_dropped = 0  # commands a full outbox did not take
+
+    def stats(self) -> dict[str, str]:
+        """This thread's counters, read from trio (plain ints: a read needs no lock)."""
+        return {"grpcCallsNow": str(self.calls), "grpcTelemetryDropped": str(self.telemetry_dropped)}
+
+    def _busy(self) -> pb.Status | None:
+        """TOO_MANY_REQUESTS when the calls in progress are at their limit."""
+        if self.calls < self.calls_max:
+            return None
+        return pb.Status(code=pb.TOO_MANY_REQUESTS, message=f"the proxy has {self.calls} calls in progress, its "
+                         "limit (proxy.grpc_calls_max); try again later")
 
     def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
@@ -57,13 +78,21 @@ class GrpcDoor:
 
     def unary(self, name: str, method: Callable[[Any, Caller], Awaitable[Any]], request_type: Any,
               response_type: Any) -> grpc.RpcMethodHandler:
+        def refuse(status: pb.Status) -> Any:
+            return response_type(status=status)
+
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
                 caller = self._caller(context)
             except Refused as exc:
-                return response_type(status=pb.Status(code=exc.code, message=exc.message))
-            self.service.count(name)
-            return await self.portal.call(method, request, caller)
+                return refuse(pb.Status(code=exc.code, message=exc.message))
+            if (busy := self._busy()) is not None:
+                return refuse(busy)
+            self.calls += 1
+            try:
+                return await self.portal.call(self.service.serve, name, method, request, caller, refuse)
+            finally:
+                self.calls -= 1
         return grpc.unary_unary_rpc_method_handler(handle, request_deserializer=request_type.FromString,
                                                    response_serializer=response_type.SerializeToString)
 
@@ -75,7 +104,16 @@ class GrpcDoor:
             except Refused as exc:
                 yield pb.ReceiveMessageResponse(status=pb.Status(code=exc.code, message=exc.message))
                 return
-            for frame in await self.portal.call(self.service.receive_message, request, caller):
+            if (busy := self._busy()) is not None:
+                yield pb.ReceiveMessageResponse(status=busy)
+                return
+            self.calls += 1
+            try:
+                frames = await self.portal.call(self.service.serve, "ReceiveMessage", self.service.receive_message,
+                                                request, caller, _receive_refused)
+            finally:
+                self.calls -= 1
+            for frame in frames:
                 yield frame
         return grpc.unary_stream_rpc_method_handler(handle, request_deserializer=pb.ReceiveMessageRequest.FromString,
                                                     response_serializer=pb.ReceiveMessageResponse.SerializeToString)
@@ -88,34 +126,62 @@ class GrpcDoor:
             except Refused as exc:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
                 return
-            self.service.count("Telemetry")
+            if (busy := self._busy()) is not None:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, busy.message)
+                return
             loop = asyncio.get_running_loop()
-            outbox: asyncio.Queue[pb.TelemetryCommand | None] = asyncio.Queue()
+            outbox: asyncio.Queue[pb.TelemetryCommand] = asyncio.Queue(self.service.settings.telemetry_outbox_max)
+            ended = asyncio.Event()
+
+            def offer(command: pb.TelemetryCommand) -> None:
+                try:
+                    outbox.put_nowait(command)
+                except asyncio.QueueFull:  # the client does not read: the newest goes, counted
+                    self.telemetry_dropped += 1
+                    log.warning("telemetry of %s: %d commands unread, one dropped", caller.client_id, outbox.qsize())
 
             def push(command: pb.TelemetryCommand) -> None:  # from trio
-                loop.call_soon_threadsafe(outbox.put_nowait, command)
+                loop.call_soon_threadsafe(offer, command)
 
             async def read() -> None:
                 try:
                     async for command in requests:
                         if command.HasField("settings"):
                             try:
-                                outbox.put_nowait(await self.portal.call(self.service.apply_settings, command, caller))
+                                offer(await self.portal.call(self.service.apply_settings, command, caller))
                             except Refused as exc:
-                                outbox.put_nowait(pb.TelemetryCommand(status=pb.Status(code=exc.code, message=exc.message)))
+                                offer(pb.TelemetryCommand(status=pb.Status(code=exc.code, message=exc.message)))
                             except Exception:  # a bug: logged, and the client sees the stream end
                                 log.exception("settings of %s", caller.client_id)
                                 raise
                         # thread stack traces and verify results: RocketMQ's admin tools ask for them; not relayed
                 finally:
-                    outbox.put_nowait(None)
+                    ended.set()
 
-            await self.portal.call(self.service.attach_stream, caller, push)
+            try:
+                await self.portal.call(self.service.attach_stream, caller, push)
+            except Refused as exc:  # another account's client id, or too many streams or clients
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED if exc.code == pb.FORBIDDEN
+                                    else grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message)
+                return
+            self.calls += 1
             reader = asyncio.ensure_future(read())
             try:
-                while (command := await outbox.get()) is not None:
+                while True:
+                    if outbox.empty():
+                        waiting = asyncio.ensure_future(outbox.get())
+                        stop = asyncio.ensure_future(ended.wait())
+                        await asyncio.wait((waiting, stop), return_when=asyncio.FIRST_COMPLETED)
+                        stop.cancel()
+                        if not waiting.done():
+                            waiting.cancel()
+                            break
+                        command = waiting.result()
+                    else:
+                        command = outbox.get_nowait()
                     yield command
             finally:
+                self.calls -= 1
                 reader.cancel()
                 self.portal.post(self.service.detach_stream, caller, push)
         return grpc.stream_stream_rpc_method_handler(handle, request_deserializer=pb.TelemetryCommand.FromString,
@@ -144,6 +210,10 @@ class GrpcDoor:
         })
 
 
+def _receive_refused(status: pb.Status) -> list[pb.ReceiveMessageResponse]:
+    return [pb.ReceiveMessageResponse(status=status)]
+
+
 class GrpcPortTaken(OSError):
     """The gRPC port is held by another socket."""
 
@@ -154,14 +224,19 @@ async def serve_grpc(service: MessagingService, listen: str, *,
     host, port = split_address(listen)
     async with trio.open_nursery() as nursery:
         door = GrpcDoor(service, TrioPortal(nursery))
+        service.door_stats = door.stats
         thread = AsyncioThread("grpc-front-door")
         thread.start()
 
         async def start() -> tuple[grpc.aio.Server, int]:
-            server = grpc.aio.server(options=[
-                ("grpc.so_reuseport", 0),  # a second proxy on the same port must fail, not share it
-                ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
-                ("grpc.max_send_message_length", MESSAGE_BYTES_MAX)])
+            server = grpc.aio.server(
+                options=[
+                    ("grpc.so_reuseport", 0),  # a second proxy on the same port must fail, not share it
+                    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+                    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+                    ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION_MAX)],
+                # grpcio's own bound, past ours: calls refused by ours still count in it
+                maximum_concurrent_rpcs=2 * door.calls_max)
             server.add_generic_rpc_handlers((door.handlers(),))
             try:
                 bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")

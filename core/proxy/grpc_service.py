@@ -23,10 +23,21 @@ import itertools
 import logging
 import time
 import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import trio
 
-from core.broker.acl_file import AclFile
+from core.acl.file import AclFile
+from core.acl.permissions import PUB, SUB
+from core.broker.pop.headers import (
+    INIT_MAX,
+    INVISIBLE_TIME_MAX_MS,
+    POLL_TIME_MAX_MS,
+    POP_MESSAGES_MAX,
+    AckHeader,
+    PopHeader,
+)
 from core.client.producer import send_request
 from core.client.transaction_producer import TransactionState, end_transaction_request
 from core.config import ProxySettings
@@ -45,12 +56,11 @@ from formats.record import decode_records
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-INVISIBLE_MAX_MS = 12 * 3600 * 1000
+CONSUMER_TYPES = frozenset({pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER})
 AUTO_RENEW_INVISIBLE_MS = 60_000
-POP_BATCH_MAX = 32
 LONG_POLL_DEFAULT_MS = 20_000
-LONG_POLL_MAX_MS = 60_000
 ROUTE_KEEP_S = 3.0  # a topic's queues as last asked; new queues are used this much later at most
 ROUTES_KEPT_MAX = 10_000
 # a remoting answer's code as a 5.x status code (RocketMQ's proxy's ResponseBuilder)
@@ -104,6 +114,7 @@ class MessagingService:
         self._round_robin = itertools.count()
         self._routes: dict[str, tuple[float, list[QueueSpan]]] = {}  # topic -> (when asked, its queues)
         self.counts: dict[str, int] = {}
+        self.door_stats: Callable[[], dict[str, str]] = dict  # the gRPC server's own counters, once it runs
 
     def _policy(self):  # the accounts as now (the file is re-read when it changes)
         return self.acl.policy if self.acl is not None else None
@@ -111,10 +122,23 @@ class MessagingService:
     def runtime_table(self) -> dict[str, str]:
         """The gRPC door's counters, in the proxy's GET_BROKER_RUNTIME_INFO table."""
         return {"grpcClients": str(len(self.clients)), "grpcCheckBacks": str(self.clients.check_backs),
-                **{f"grpc{rpc}": str(n) for rpc, n in sorted(self.counts.items())}}
+                **self.door_stats(), **{f"grpc{rpc}": str(n) for rpc, n in sorted(self.counts.items())}}
 
     def count(self, rpc: str) -> None:
+        """One more call of ``rpc``; on the trio thread only, as every counter here."""
         self.counts[rpc] = self.counts.get(rpc, 0) + 1
+
+    async def serve(self, rpc: str, method: Callable[[Any, Caller], Awaitable[T]], request: Any, caller: Caller,
+                    refuse: Callable[[pb.Status], T]) -> T:
+        """One call: counted, the caller's client record claimed (made on its first call; its id
+        must be its own account's, and new clients are bounded), then ``method``. A
+        :class:`Refused` on the way is answered ``refuse(status)``."""
+        self.count(rpc)
+        try:
+            self.clients.get(caller)
+            return await method(request, caller)
+        except Refused as exc:
+            return refuse(refused(exc))
 
     # ------------------------------------------------------------------ routes
 
@@ -145,6 +169,7 @@ class MessagingService:
     async def query_route(self, req: pb.QueryRouteRequest, caller: Caller) -> pb.QueryRouteResponse:
         try:
             topic = check_topic(req.topic.name)
+            check_permission(self._policy(), caller, topic=topic, topic_perm=PUB | SUB)  # either, as RocketMQ's
             spans = await self._spans(topic, fresh=True)
             if not req.endpoints.addresses:
                 raise Refused(pb.ILLEGAL_ACCESS_POINT, "QueryRoute names no endpoints")
@@ -154,7 +179,7 @@ class MessagingService:
 
     async def query_assignment(self, req: pb.QueryAssignmentRequest, caller: Caller) -> pb.QueryAssignmentResponse:
         try:
-            topic, group = check_topic(req.topic.name), check_group(req.group.name)
+            topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
             found = assignments(topic, await self._spans(topic), req.endpoints, fifo=self.clients.fifo(group))
             if not found:
                 raise Refused(pb.FORBIDDEN, "no readable queue")
@@ -166,6 +191,11 @@ class MessagingService:
 
     async def heartbeat(self, req: pb.HeartbeatRequest, caller: Caller) -> pb.HeartbeatResponse:
         client = self.clients.get(caller)
+        if req.HasField("group") and req.client_type in CONSUMER_TYPES:
+            try:
+                check_permission(self._policy(), caller, group=check_group(req.group.name))
+            except Refused as exc:
+                return pb.HeartbeatResponse(status=refused(exc))
         if client.settings is None:
             return pb.HeartbeatResponse(status=pb.Status(code=pb.UNRECOGNIZED_CLIENT_TYPE,
                                                          message="no settings yet: open the telemetry stream first"))
@@ -185,17 +215,28 @@ class MessagingService:
                 log.debug("heartbeat of %s to %s: %s", caller.client_id, group, exc)
 
     async def apply_settings(self, command: pb.TelemetryCommand, caller: Caller) -> pb.TelemetryCommand:
-        """A Settings command on the telemetry stream: the applied settings, status OK."""
+        """A Settings command on the telemetry stream: the applied settings, status OK. A
+        producer's topics need PUB (the proxy registers it as their producer, and brokers send
+        it their transactions' check-backs, bodies included); a consumer's group and topics SUB."""
         client = self.clients.get(caller)
-        if not command.settings.HasField("publishing") and not command.settings.HasField("subscription"):
+        settings = command.settings
+        policy = self._policy()
+        if settings.HasField("publishing"):
+            for resource in settings.publishing.topics:
+                check_permission(policy, caller, topic=check_topic(resource.name), topic_perm=PUB)
+        elif settings.HasField("subscription"):
+            group = check_group(settings.subscription.group.name)
+            check_permission(policy, caller, group=group)
+            for entry in settings.subscription.subscriptions:
+                check_permission(policy, caller, topic=check_topic(entry.topic.name))
+        else:
             raise Refused(pb.BAD_REQUEST, "settings name neither publishing nor subscription")
-        for topic in client.producer_topics:
-            check_topic(topic)
-        reply = self.clients.settings_reply(client, command.settings)
+        reply = self.clients.settings_reply(client, settings)
         await self._producer_heartbeat(caller)
         return pb.TelemetryCommand(status=ok(), settings=reply)
 
     async def attach_stream(self, caller: Caller, push: Push) -> None:
+        self.count("Telemetry")
         self.clients.attach(caller, push)
 
     def detach_stream(self, caller: Caller, push: Push) -> None:
@@ -203,7 +244,7 @@ class MessagingService:
 
     async def notify_client_termination(self, req: pb.NotifyClientTerminationRequest,
                                         caller: Caller) -> pb.NotifyClientTerminationResponse:
-        self.clients.drop(caller.client_id)
+        self.clients.terminate(caller)  # Refused when the client id is another account's
         return pb.NotifyClientTerminationResponse(status=ok())
 
     # ------------------------------------------------------------------ producing
@@ -217,7 +258,7 @@ class MessagingService:
                                                            message="the messages of one request name different topics"))
         try:
             topic = check_topic(topics.pop())
-            check_permission(self._policy(), caller, topic=topic, publish=True)
+            check_permission(self._policy(), caller, topic=topic, topic_perm=PUB)
             queues = writable(await self._spans(topic))
             if not queues:
                 raise Refused(pb.FORBIDDEN, f"topic {topic!r} has no writable queue")
@@ -235,9 +276,12 @@ class MessagingService:
             group, queue_id = queues[zlib.crc32(out.message_group.encode()) % len(queues)]
         else:
             group, queue_id = queues[next(self._round_robin) % len(queues)]
-        # RocketMQ's proxy sends with the topic as the producer group
-        request = send_request(out.topic, out.topic, queue_id, out.body, out.sysflag, 0, out.properties,
-                               born_ms=out.born_ms)
+        try:  # RocketMQ's proxy sends with the topic as the producer group
+            request = send_request(out.topic, out.topic, queue_id, out.body, out.sysflag, 0, out.properties,
+                                   born_ms=out.born_ms)
+        except FormatError as exc:  # a property that would not decode as it was sent
+            return pb.SendResultEntry(status=pb.Status(code=pb.BAD_REQUEST, message=str(exc)),
+                                      message_id=msg.system_properties.message_id)
         client = self.clients.get(caller)
         resp = await self.front.write(request, client.session, group)
         message_id = msg.system_properties.message_id
@@ -260,7 +304,7 @@ class MessagingService:
             return pb.EndTransactionResponse(status=pb.Status(code=pb.INVALID_TRANSACTION_ID, message="blank transaction_id"))
         try:
             topic = check_topic(req.topic.name)
-            check_permission(self._policy(), caller, topic=topic, publish=True)
+            check_permission(self._policy(), caller, topic=topic, topic_perm=PUB)
         except Refused as exc:
             return pb.EndTransactionResponse(status=refused(exc))
         half = self.clients.transactions.take(topic, req.transaction_id)
@@ -284,14 +328,13 @@ class MessagingService:
         if not req.HasField("invisible_duration"):
             raise Refused(pb.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required without auto_renew")
         value = duration_ms(req.invisible_duration)
-        if not self.settings.min_invisible_ms <= value <= INVISIBLE_MAX_MS:
+        if not self.settings.min_invisible_ms <= value <= INVISIBLE_TIME_MAX_MS:
             raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be {self.settings.min_invisible_ms} ms"
-                                                     f" to {INVISIBLE_MAX_MS} ms, not {value} ms")
+                                                     f" to {INVISIBLE_TIME_MAX_MS} ms, not {value} ms")
         return value
 
     async def receive_message(self, req: pb.ReceiveMessageRequest, caller: Caller) -> list[pb.ReceiveMessageResponse]:
         """The frames of the answer stream: a status, the messages, a delivery timestamp."""
-        self.count("ReceiveMessage")
         try:
             messages = await self._receive(req, caller)
             head = [pb.ReceiveMessageResponse(status=ok())] if messages else \
@@ -310,18 +353,15 @@ class MessagingService:
         invisible = self._invisible_ms(req)
         fifo = self.clients.fifo(group)
         poll_ms = duration_ms(req.long_polling_timeout) if req.HasField("long_polling_timeout") else LONG_POLL_DEFAULT_MS
-        poll_ms = max(0, min(poll_ms, LONG_POLL_MAX_MS))
-        expression = req.filter_expression.expression or "*"
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(req.message_queue.id if fifo else -1),
-               "maxMsgNums": str(max(1, min(req.batch_size or POP_BATCH_MAX, POP_BATCH_MAX))),
-               "invisibleTime": str(invisible), "pollTime": str(poll_ms), "bornTime": str(int(time.time() * 1000)),
-               "initMode": "1", "expType": "SQL92" if req.filter_expression.type == pb.SQL else "TAG",
-               "exp": expression, "order": "true" if fifo else "false"}
-        if req.HasField("attempt_id"):
-            ext["attemptId"] = req.attempt_id[:128]
+        pop = PopHeader(
+            group=group, topic=topic, queue_id=req.message_queue.id if fifo else -1,
+            max_msg_nums=max(1, min(req.batch_size or POP_MESSAGES_MAX, POP_MESSAGES_MAX)), invisible_time_ms=invisible,
+            poll_time_ms=max(0, min(poll_ms, POLL_TIME_MAX_MS)), born_time_ms=int(time.time() * 1000),
+            init_mode=INIT_MAX, expression_type="SQL92" if req.filter_expression.type == pb.SQL else "TAG",
+            expression=req.filter_expression.expression or "*", order=fifo,
+            attempt_id=req.attempt_id if req.HasField("attempt_id") else "")
         client = self.clients.get(caller)
-        resp = await self.front.write(RemotingCommand(code=RequestCode.POP_MESSAGE, ext_fields=ext, language="PYTHON"),
-                                      client.session, broker)
+        resp = await self.front.write(pop.request(), client.session, broker)
         if resp is not None and resp.code in NOT_FOUND:
             return []
         if resp is None or resp.code != ResponseCode.SUCCESS:
@@ -359,13 +399,11 @@ class MessagingService:
             raise Refused(pb.INVALID_RECEIPT_HANDLE, "the receipt handle has expired: the message is visible again")
         return handle
 
-    def _ack_request(self, group: str, topic: str, handle: ReceiptHandle, *, invisible_ms: int | None = None) -> RemotingCommand:
-        ext = {"consumerGroup": group, "topic": handle.real_topic(group, topic), "queueId": str(handle.queue_id),
-               "extraInfo": handle.text(), "offset": str(handle.queue_offset)}
-        if invisible_ms is None:
-            return RemotingCommand(code=RequestCode.ACK_MESSAGE, ext_fields=ext, language="PYTHON")
-        ext["invisibleTime"] = str(invisible_ms)
-        return RemotingCommand(code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext_fields=ext, language="PYTHON")
+    @staticmethod
+    def _ack_request(group: str, topic: str, handle: ReceiptHandle, *, invisible_ms: int | None = None) -> RemotingCommand:
+        header = AckHeader(group=group, topic=handle.real_topic(group, topic), queue_id=handle.queue_id, handle=handle,
+                           offset=handle.queue_offset, invisible_time_ms=invisible_ms or 0)
+        return header.request(change=invisible_ms is not None)
 
     async def ack_message(self, req: pb.AckMessageRequest, caller: Caller) -> pb.AckMessageResponse:
         try:
@@ -391,8 +429,8 @@ class MessagingService:
             topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
             handle = self._handle(req.receipt_handle)
             invisible = duration_ms(req.invisible_duration)
-            if not 0 <= invisible <= INVISIBLE_MAX_MS:
-                raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be 0 to {INVISIBLE_MAX_MS} ms")
+            if not 0 <= invisible <= INVISIBLE_TIME_MAX_MS:
+                raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be 0 to {INVISIBLE_TIME_MAX_MS} ms")
         except Refused as exc:
             return pb.ChangeInvisibleDurationResponse(status=refused(exc))
         resp = await self.front.write(self._ack_request(group, topic, handle, invisible_ms=invisible),

@@ -7,7 +7,7 @@ import logging
 
 import trio
 
-from core.broker.acl_file import AclFile
+from core.acl.file import AclFile, keep_acl_current
 from core.config import Config, ProxyNode
 from core.plugin_manager import PluginHost
 from core.proxy.cluster_view import ClusterView
@@ -21,7 +21,6 @@ from core.remoting.server import serve_remoting
 
 log = logging.getLogger(__name__)
 
-ACL_RELOAD_S = 1.0
 
 
 async def serve_proxy(
@@ -38,7 +37,7 @@ async def serve_proxy(
                           elects=config.replication.mode == "dledger",
                           failover_wait_s=config.proxy.failover_wait_ms / 1000, acl=acl)
         if acl is not None:
-            nursery.start_soon(_reload_acl, acl)
+            nursery.start_soon(keep_acl_current, acl)
         if node.grpc_listen:
             clients = GrpcClients(nursery, config.proxy)
             nursery.start_soon(clients.expire_silent)
@@ -57,10 +56,3 @@ async def serve_proxy(
             bound = bound or got
             log.info("proxy %s: %s on %s:%d", node.name, f"door of {group}" if group else "routes", host, got)
         task_status.started(bound)
-
-
-async def _reload_acl(acl: AclFile) -> None:
-    """Re-read the accounts file when it changes, as the brokers do."""
-    while True:
-        await trio.sleep(ACL_RELOAD_S)
-        acl.keep_current()

@@ -9,8 +9,10 @@ import hmac
 import orjson
 import pytest
 
-from core.broker.acl import DENY, PUB, SUB, AddressPattern, parse_perm, request_resources
-from core.broker.acl_file import AclFileError, load_acl, parse_acl
+from core.acl.file import AclFileError, load_acl, parse_acl
+from core.acl.permissions import DENY, PUB, SUB, parse_perm
+from core.acl.policy import AddressPattern
+from core.acl.requests import request_resources
 from core.errors import ConfigError
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand

@@ -9,7 +9,8 @@ import hmac
 
 import pytest
 
-from core.broker.acl import PUB, SUB, Account, AclPolicy
+from core.acl.permissions import PUB, SUB
+from core.acl.policy import Account, AclPolicy
 from core.proxy.grpc_auth import caller_of, check_permission
 from core.proxy.grpc_messages import BODY_SIZE_MAX, Refused, incoming, outgoing
 from core.proxy.grpc_routes import QueueSpan, assignments, message_queues, queue_spans, writable
@@ -105,7 +106,7 @@ def test_signed_metadata_names_the_account_and_a_wrong_secret_is_refused():
 
 def test_permissions_follow_the_accounts_file():
     alice = caller_of(signed("alice", "secret-a"), "127.0.0.1", POLICY)
-    check_permission(POLICY, alice, topic="T", publish=True)
+    check_permission(POLICY, alice, topic="T", topic_perm=PUB)
     check_permission(POLICY, alice, group="G")
     with pytest.raises(Refused):
         check_permission(POLICY, alice, topic="T", group="G")  # may publish to T, not subscribe

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.broker.pop_ledger import ReviveLedger
+from core.broker.pop.ledger import ReviveLedger
 from formats.pop import Ack, CheckPoint
 
 

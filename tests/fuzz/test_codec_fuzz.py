@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.broker.acl_file import AclFileError, parse_acl
+from core.acl.file import AclFileError, parse_acl
 from core.remoting.command import (
     FrameDecoder,
     FrameError,

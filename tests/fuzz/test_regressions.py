@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.broker.acl_file import AclFileError, parse_acl
+from core.acl.file import AclFileError, parse_acl
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from tests.core.test_broker import send_cmd

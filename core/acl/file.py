@@ -1,4 +1,5 @@
-"""Reading a RocketMQ ``plain_acl.yml`` into an :class:`~core.broker.acl.AclPolicy`::
+"""Reading a RocketMQ ``plain_acl.yml`` into an :class:`~core.acl.policy.AclPolicy`, and keeping
+it current while a node runs::
 
   globalWhiteRemoteAddresses:      # these peers need no account at all
     - 10.10.103.*
@@ -13,7 +14,8 @@
       groupPerms: [groupA=DENY, groupB=PUB|SUB]
 
 A file that does not parse is refused as a whole, with a message that names the file and the
-entry; a running broker keeps the policy it had.
+entry; a running node keeps the policy it had. Brokers and proxies re-read a changed file within
+a second (:func:`keep_acl_current`), as RocketMQ does.
 """
 
 from __future__ import annotations
@@ -22,13 +24,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import trio
 import yaml
 
-from core.broker.acl import Account, AclPolicy, AddressPattern, parse_perm
+from core.acl.permissions import parse_perm
+from core.acl.policy import Account, AclPolicy, AddressPattern
 from core.config import ACL_KEY_LENGTH_MIN
 from core.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+RELOAD_S = 1.0
 
 
 class AclFileError(Exception):
@@ -158,9 +164,16 @@ class AclFile:
 
     def keep_current(self) -> None:
         """:meth:`reload_if_changed`, logged: a file that no longer parses leaves the previous
-        accounts in force (the broker and the proxy call this every second)."""
+        accounts in force."""
         try:
             if self.reload_if_changed():
                 log.info("ACL file %s reloaded", self.path)
         except ConfigError as exc:
             log.error("%s; the previous ACL stays in force", exc)
+
+
+async def keep_acl_current(acl: AclFile) -> None:
+    """Re-read the accounts file when it changes, every :data:`RELOAD_S`, until cancelled."""
+    while True:
+        await trio.sleep(RELOAD_S)
+        acl.keep_current()

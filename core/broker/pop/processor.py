@@ -1,73 +1,49 @@
-"""POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME: RocketMQ 5's POP consumption over
-remoting (PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor).
+"""POP_MESSAGE and NOTIFICATION: RocketMQ 5's POP consumption over remoting (PopMessageProcessor,
+NotificationProcessor); what consumers then say of the messages is :mod:`core.broker.pop.acks`.
 
 A POP hands out up to 32 messages of a queue (or of every read queue), commits the group's
 offset past them at once, and writes a checkpoint into the broker's revive topic saying which
 messages went out and until when they stay invisible. An ack writes an ack record there; the
-revive service (:mod:`core.broker.pop_revive`) later puts every message of a due checkpoint that
+revive service (:mod:`core.broker.pop.revive`) later puts every message of a due checkpoint that
 was not acked into the group's POP retry topic, with one more delivery attempt. Checkpoints and
 acks are ordinary records of the CommitLog, so they are flushed, replicated and recovered like
 messages; the answer waits for them as a send would.
 
-BATCH_ACK_MESSAGE acks many messages at once (its body names, per checkpoint, a bitset of the
-acked offsets); NOTIFICATION says whether a POP would find something, long-polling like a POP.
+NOTIFICATION says whether a POP would find something, long-polling like a POP.
 
 FIFO POPs (``order``) write no checkpoint: the queue stays blocked for the group while its last
-batch is out (:mod:`core.broker.pop_order`), the same ``attemptId`` gets the same batch again, an
+batch is out (:mod:`core.broker.pop.order`), the same ``attemptId`` gets the same batch again, an
 ack moves the committed offset past the acked prefix, and a batch that becomes visible again
 un-acked is handed out once more with its count raised (``orderCountInfo``).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import contextlib
 import itertools
 import random
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import orjson
 import trio
 
 from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
 from core.broker.headers import HeaderFieldError
-from core.broker.long_polling import ANY_QUEUE
-from core.broker.pop_headers import INIT_MAX, POLL_TIME_MAX_MS, POP_MESSAGES_MAX, AckHeader, PopHeader
-from core.broker.pop_order import Turn
+from core.broker.long_polling import ANY_QUEUE, held_count
+from core.broker.pop.headers import INIT_MAX, POLL_TIME_MAX_MS, POP_MESSAGES_MAX, PopHeader
+from core.broker.pop.order import Turn
+from core.broker.pop.revive import REVIVE_QUEUES, checkpoint_record, now_ms, write_revive_records
 from core.broker.pull import FILTER_SCAN_ENTRIES_MAX, matching_records
-from core.broker.responses import response_code
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
-from formats.pop import (
-    CHECKPOINT_MESSAGES_MAX,
-    ORDER_REVIVE_QID,
-    RETRY_NORMAL,
-    RETRY_V1,
-    Ack,
-    CheckPoint,
-    PopRecordError,
-    retry_topic,
-)
-from formats.properties import TAGS, UNIQ_KEY
-from formats.record import MessageRecord
+from formats.pop import ORDER_REVIVE_QID, RETRY_NORMAL, RETRY_V1, CheckPoint, retry_topic
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
-REVIVE_QUEUES = 8  # RocketMQ's reviveQueueNum
 RETRY_FIRST_PERCENT = 20  # RocketMQ's popFromRetryProbability
 _revive_qids = itertools.count()
-
-
-def revive_topic(cluster: str) -> str:
-    return f"rmq_sys_REVIVE_LOG_{cluster}"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -103,22 +79,52 @@ def handle_pop(broker: Broker, request: RemotingCommand, conn: Connection) -> Re
     except FilterRefused as exc:
         return request.reply(exc.code, exc.remark)
     queues = [header.queue_id] if header.queue_id >= 0 else list(range(config.read_queue_nums))
-    return _pop(broker, request, header, message_filter, queues)
+    return _pop(broker, request, conn, header, message_filter, queues)
 
 
-async def _pop(broker: Broker, request: RemotingCommand, header: PopHeader, message_filter: MessageFilter,
-               queues: list[int]) -> RemotingCommand:
+class _Hold:
+    """A polling request's place among the broker's held requests: taken at its first wait (an
+    answer found at once takes none), given back when it answers."""
+
+    def __init__(self, broker: Broker, conn: Connection) -> None:
+        self._broker, self._conn = broker, conn
+        self._stack = contextlib.ExitStack()
+        self._taken = False
+
+    def take(self) -> str | None:
+        """Count the request as held; why it may not be (POLLING_FULL), or ``None``."""
+        if self._taken:
+            return None
+        held = held_count(self._conn.attributes)
+        why = self._broker.hold.full(held, self._broker.settings.held_pulls_per_connection_max)
+        if why is None:
+            self._stack.enter_context(self._broker.hold.holding(held))
+            self._taken = True
+        return why
+
+    def __enter__(self) -> _Hold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+
+async def _pop(broker: Broker, request: RemotingCommand, conn: Connection, header: PopHeader,
+               message_filter: MessageFilter, queues: list[int]) -> RemotingCommand:
     poll_s = min(max(header.poll_time_ms, 0), POLL_TIME_MAX_MS) / 1000
     deadline = trio.current_time() + poll_s
-    while True:
-        arrival = broker.hold.waiter(header.topic, header.queue_id if header.queue_id >= 0 else ANY_QUEUE)
-        popped = pop_once(broker, header, message_filter, queues)
-        if popped.parts:
-            return await _answer(broker, request, header, popped)
-        if trio.current_time() >= deadline:
-            return request.reply(ResponseCode.POLLING_TIMEOUT, "no new message")
-        with trio.move_on_at(deadline):
-            await arrival.wait()
+    with _Hold(broker, conn) as hold:
+        while True:
+            arrival = broker.hold.waiter(header.topic, header.queue_id if header.queue_id >= 0 else ANY_QUEUE)
+            popped = pop_once(broker, header, message_filter, queues)
+            if popped.parts:
+                return await _answer(broker, request, header, popped)
+            if trio.current_time() >= deadline:
+                return request.reply(ResponseCode.POLLING_TIMEOUT, "no new message")
+            if (full := hold.take()) is not None:
+                return request.reply(ResponseCode.POLLING_FULL, full)
+            with trio.move_on_at(deadline):
+                await arrival.wait()
 
 
 def pop_once(broker: Broker, header: PopHeader, message_filter: MessageFilter, queues: list[int]) -> Popped:
@@ -234,21 +240,6 @@ def _pop_queue(broker: Broker, header: PopHeader, message_filter: MessageFilter 
             offset_deltas=[o - start for o in offsets])))
 
 
-async def _stored(broker: Broker, request: RemotingCommand, records: list[MessageRecord],
-                  what: str) -> RemotingCommand | None:
-    """Store ``records`` and wait for the flush and replicas as a send would; None when done,
-    else the error answer (nothing was handed out or acked)."""
-    try:
-        results = broker.writes.put(records)
-    except Exception as exc:
-        return request.reply(*response_code(exc))
-    if broker.writes.waits:
-        code, remark = await broker.writes.confirmed(results)
-        if code != ResponseCode.SUCCESS:
-            return request.reply(code, remark or f"the {what} was stored but not confirmed as asked")
-    return None
-
-
 async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, popped: Popped) -> RemotingCommand:
     pop_time = now_ms()
     if header.order:
@@ -257,9 +248,8 @@ async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, p
     records = []
     for _, ck in popped.checkpoints:
         ck.pop_time_ms = pop_time
-        records.append(revive_record(broker, revive_qid, "ck", ck.to_json(),
-                                     f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{pop_time}@{ck.broker_name}@ck"))
-    failed = await _stored(broker, request, records, "checkpoint")
+        records.append(checkpoint_record(broker, revive_qid, ck))
+    failed = await write_revive_records(broker, request, records, "checkpoint")
     if failed is not None:
         return failed
     for topic, queue_id, next_offset in popped.commits:  # offsets move at pop time, as RocketMQ's
@@ -288,16 +278,6 @@ def _answer_ordered(broker: Broker, request: RemotingCommand, header: PopHeader,
         "orderCountInfo": ";".join(counts)}, body=b"".join(popped.parts))
 
 
-def revive_record(broker: Broker, revive_qid: int, tag: str, body: bytes, uniq_key: str) -> MessageRecord:
-    """A checkpoint or ack record of the revive topic (created on first use, one queue per qid)."""
-    topic = revive_topic(broker.cluster)
-    if broker.topics.ensure(topic, REVIVE_QUEUES)[1]:
-        broker.topics_changed()
-    now = now_ms()
-    return MessageRecord(topic=topic, body=body, properties={TAGS: tag, UNIQ_KEY: uniq_key}, queue_id=revive_qid,
-                         born_timestamp=now, born_host=broker.store_host, store_host=broker.store_host)
-
-
 def handle_notification(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
     """NOTIFICATION: hasMsg at once when a POP would find a message, else after a long poll."""
     ext = request.ext_fields
@@ -313,133 +293,21 @@ def handle_notification(broker: Broker, request: RemotingCommand, conn: Connecti
     if header.queue_id >= config.read_queue_nums:
         return request.reply(ResponseCode.INVALID_PARAMETER, f"queueId {header.queue_id} is not a read queue")
     queues = [header.queue_id] if header.queue_id >= 0 else list(range(config.read_queue_nums))
-    return _notify(broker, request, header, queues)
+    return _notify(broker, request, conn, header, queues)
 
 
-async def _notify(broker: Broker, request: RemotingCommand, header: PopHeader, queues: list[int]) -> RemotingCommand:
+async def _notify(broker: Broker, request: RemotingCommand, conn: Connection, header: PopHeader,
+                  queues: list[int]) -> RemotingCommand:
     deadline = trio.current_time() + min(max(header.poll_time_ms, 0), POLL_TIME_MAX_MS) / 1000
     retry = retry_topic(header.group, header.topic, RETRY_V1)
-    while True:
-        arrival = broker.hold.waiter(header.topic, header.queue_id if header.queue_id >= 0 else ANY_QUEUE)
-        sources = [(header.topic, q) for q in queues] + ([(retry, 0)] if broker.topics.get(retry) else [])
-        has = any(_start(broker, header, t, q) < broker.store.max_queue_offset(t, q) for t, q in sources)
-        if has or trio.current_time() >= deadline:
-            return request.reply(ResponseCode.SUCCESS, ext_fields={"hasMsg": str(has).lower(), "pollingFull": "false"})
-        with trio.move_on_at(deadline):
-            await arrival.wait()
-
-
-def handle_batch_ack(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
-    """BATCH_ACK_MESSAGE: per checkpoint, the acked offsets as a bitset over (offset - start)."""
-    try:
-        acks = batch_acks(request.body)
-    except HeaderFieldError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    return _write_batch_acks(broker, request, acks)
-
-
-def batch_acks(body: bytes) -> list[tuple[int, Ack]]:
-    """BatchAckMessageRequestBody as (revive queue, ack) pairs; HeaderFieldError when malformed."""
-    try:
-        doc = orjson.loads(body)
-        broker_name = doc["brokerName"]
-        entries = doc["acks"]
-        if not isinstance(entries, list) or len(entries) > 1024:
-            raise ValueError("acks must be a list of at most 1024 entries")
-        out = []
-        for entry in entries:
-            bits = int.from_bytes(base64.b64decode(entry["b"], validate=True), "little")
-            if bits.bit_length() > CHECKPOINT_MESSAGES_MAX:
-                raise ValueError(f"an ack bitset of {bits.bit_length()} bits (a checkpoint has at most 32)")
-            start = int(entry["so"])
-            topic = retry_topic(entry["c"], entry["t"], int(entry["r"]))
-            offsets = tuple(start + i for i in range(bits.bit_length()) if bits >> i & 1)
-            if offsets:
-                ack = Ack(topic=topic, group=entry["c"], queue_id=int(entry["q"]), start_offset=start,
-                          pop_time_ms=int(entry["pt"]), broker_name=broker_name, offsets=offsets)
-                out.append((int(entry["rq"]), Ack.from_json(ack.to_json())))  # every field checked
-        return out
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, binascii.Error, PopRecordError) as exc:
-        raise HeaderFieldError(f"the batch ack body: {exc}") from None
-
-
-async def _write_batch_acks(broker: Broker, request: RemotingCommand, acks: list[tuple[int, Ack]]) -> RemotingCommand:
-    records = []
-    for revive_qid, ack in acks:
-        if not 0 <= revive_qid < REVIVE_QUEUES:
-            return request.reply(ResponseCode.SYSTEM_ERROR, f"revive queue {revive_qid} is not one of this broker's")
-        records.append(revive_record(broker, revive_qid, ack.tag, ack.to_json(),
-                                     f"{ack.topic}@{ack.queue_id}@{ack.offsets[0]}@{ack.group}@{ack.pop_time_ms}"
-                                     f"@{ack.broker_name}@{ack.tag}"))
-    failed = await _stored(broker, request, records, "acks") if records else None
-    return failed or request.reply(ResponseCode.SUCCESS)
-
-
-def handle_ack(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
-    return _ack_or_change(broker, request, change=False)
-
-
-def handle_change_invisible(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
-    return _ack_or_change(broker, request, change=True)
-
-
-def _ack_or_change(broker: Broker, request: RemotingCommand, *, change: bool) -> Reply:
-    try:
-        header = AckHeader.of(request, change=change)
-    except HeaderFieldError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    config = broker.topics.get(header.topic)
-    if config is None:
-        return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
-    if not 0 <= header.queue_id < config.read_queue_nums:
-        return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"queueId {header.queue_id} is not a read queue of "
-                             f"{header.topic}")
-    low, high = broker.store.min_queue_offset(header.topic, header.queue_id), \
-        broker.store.max_queue_offset(header.topic, header.queue_id)
-    if not low <= header.offset < high:
-        return request.reply(ResponseCode.NO_MESSAGE, f"offset {header.offset} is not in [{low}, {high}) of "
-                             f"{header.topic}/{header.queue_id}")
-    if header.handle.ordered:
-        return _ordered_ack(broker, request, header, change)
-    return _write_ack(broker, request, header, change)
-
-
-def _ordered_ack(broker: Broker, request: RemotingCommand, header: AckHeader, change: bool) -> RemotingCommand:
-    """A FIFO message acked (the group's offset moves past the acked prefix, waiting POPs wake)
-    or given a new invisible time; nothing is written to the revive topic."""
-    key = (header.group, header.topic, header.queue_id)
-    if change:
-        now = now_ms()
-        visible_at = broker.pop_order.change_invisible(key, header.offset, now, header.invisible_time_ms)
-        if visible_at is None:
-            return request.reply(ResponseCode.NO_MESSAGE, f"offset {header.offset} is not out on this queue")
-        return request.reply(ResponseCode.SUCCESS, ext_fields={
-            "popTime": str(header.handle.pop_time_ms), "invisibleTime": str(visible_at - header.handle.pop_time_ms),
-            "reviveQid": str(ORDER_REVIVE_QID)})
-    committed = broker.pop_order.ack(key, header.offset)
-    if committed is not None:
-        broker.offsets.commit(header.group, header.topic, header.queue_id, committed)
-        broker.hold.wake([(header.topic, header.queue_id)])
-    return request.reply(ResponseCode.SUCCESS)
-
-
-async def _write_ack(broker: Broker, request: RemotingCommand, header: AckHeader, change: bool) -> RemotingCommand:
-    handle = header.handle
-    records = []
-    reply_fields: dict[str, str] = {}
-    if change:  # a one-message checkpoint for the new time, then the old one acked
-        pop_time = now_ms()
-        ck = CheckPoint(topic=header.topic, group=header.group, queue_id=header.queue_id,
-                        start_offset=header.offset, pop_time_ms=pop_time, invisible_time_ms=header.invisible_time_ms,
-                        broker_name=broker.node.name, offset_deltas=[0])
-        records.append(revive_record(broker, handle.revive_qid, "ck", ck.to_json(),
-                                     f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{pop_time}@{ck.broker_name}@ck"))
-        reply_fields = {"popTime": str(pop_time), "invisibleTime": str(header.invisible_time_ms),
-                        "reviveQid": str(handle.revive_qid)}
-    ack = Ack(topic=header.topic, group=header.group, queue_id=header.queue_id, start_offset=handle.ck_start_offset,
-              pop_time_ms=handle.pop_time_ms, broker_name=handle.broker_name, offsets=(header.offset,))
-    records.append(revive_record(broker, handle.revive_qid, ack.tag, ack.to_json(),
-                                 f"{ack.topic}@{ack.queue_id}@{header.offset}@{ack.group}@{ack.pop_time_ms}"
-                                 f"@{ack.broker_name}@ack"))
-    failed = await _stored(broker, request, records, "ack")
-    return failed or request.reply(ResponseCode.SUCCESS, ext_fields=reply_fields)
+    with _Hold(broker, conn) as hold:
+        while True:
+            arrival = broker.hold.waiter(header.topic, header.queue_id if header.queue_id >= 0 else ANY_QUEUE)
+            sources = [(header.topic, q) for q in queues] + ([(retry, 0)] if broker.topics.get(retry) else [])
+            has = any(_start(broker, header, t, q) < broker.store.max_queue_offset(t, q) for t, q in sources)
+            full = None if has or trio.current_time() >= deadline else hold.take()
+            if has or trio.current_time() >= deadline or full is not None:
+                return request.reply(ResponseCode.SUCCESS, full, ext_fields={
+                    "hasMsg": str(has).lower(), "pollingFull": str(full is not None).lower()})
+            with trio.move_on_at(deadline):
+                await arrival.wait()

@@ -1,5 +1,6 @@
-"""RocketMQ-compatible access control: accounts, permissions, white-listed addresses, and which
-resources each request touches. Sans-IO: :meth:`AclPolicy.check` answers one request.
+"""RocketMQ-compatible access control: accounts, permissions and white-listed addresses.
+Sans-IO: :meth:`AclPolicy.check` answers one request, :meth:`AclPolicy.refusal` one account's
+use of some resources (the gRPC door asks that for each RPC).
 
 Checks, in order (RocketMQ's ``PlainPermissionManager.validate``, with two gaps closed):
 
@@ -12,9 +13,9 @@ Checks, in order (RocketMQ's ``PlainPermissionManager.validate``, with two gaps 
    ``topicPerms`` (else ``defaultTopicPerm``), groups (``%RETRY%<group>``) from ``groupPerms``
    (else ``defaultGroupPerm``). A permission with DENY refuses.
 
-RocketMQ's 4.x broker lets an account's white-listed address skip the permission check too, and
-does not check SEND_BATCH_MESSAGE or QUERY_CONSUMER_OFFSET at all; here a white-listed address
-only spares the signature, and both requests are checked.
+Which topics and groups each request touches is :mod:`core.acl.requests`' table. RocketMQ's 4.x
+broker lets an account's white-listed address skip the permission check too; here a
+white-listed address only spares the signature.
 """
 
 from __future__ import annotations
@@ -23,35 +24,10 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import orjson
-
-from core.broker.headers import V2_NAMES
-from core.remoting.codes import RequestCode
+from core.acl.permissions import DENY, RETRY_PREFIX, perm_text
+from core.acl.requests import ADMIN_CODES, Resource, request_resources
 from core.remoting.command import RemotingCommand
 from core.remoting.signing import ACCESS_KEY, signature_matches
-
-# Permission bits (RocketMQ's Permission)
-DENY, ANY, PUB, SUB = 1, 2, 4, 8
-_PERM_NAMES = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
-RETRY_PREFIX = "%RETRY%"
-
-# requests that change the broker or other clients' state: admin accounts only
-ADMIN_CODES = frozenset({
-    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.TRANSFER_LEADERSHIP,
-    17,   # UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (not served; refused here first)
-    25,   # UPDATE_BROKER_CONFIG (not served)
-    207,  # DELETE_SUBSCRIPTIONGROUP (not served)
-    215,  # DELETE_TOPIC_IN_BROKER (not served)
-})
-
-
-def parse_perm(text: str | None) -> int:
-    """``PUB``, ``SUB``, ``PUB|SUB`` or ``DENY``; anything else is DENY (as RocketMQ reads it)."""
-    return _PERM_NAMES.get((text or "").strip().upper().replace(" ", ""), DENY)
-
-
-def perm_text(perm: int) -> str:
-    return "DENY" if perm & DENY else "|".join(n for n, b in (("PUB", PUB), ("SUB", SUB)) if perm & b) or "DENY"
 
 
 class AddressPattern:
@@ -151,7 +127,7 @@ class AclPolicy:
 
     def check(self, request: RemotingCommand, remote_ip: str) -> str | None:
         """``None`` when the request may proceed, else why not (the response's remark)."""
-        if any(p.matches(remote_ip) for p in self.global_white):
+        if self.white_listed(remote_ip):
             return None
         access_key = request.ext_fields.get(ACCESS_KEY, "")
         if not access_key:
@@ -166,60 +142,26 @@ class AclPolicy:
             return None
         if request.code in ADMIN_CODES:
             return f"ACL: request {request.code} needs an admin account; {access_key!r} is not one"
-        for resource, needed in request_resources(request):
+        return self.refusal(account, request_resources(request))
+
+    def white_listed(self, remote_ip: str) -> bool:
+        return any(p.matches(remote_ip) for p in self.global_white)
+
+    def checked_refusal(self, request: RemotingCommand, remote_ip: str, resources: Iterable[Resource]) -> str | None:
+        """For a request :meth:`check` let through: why its account may not use ``resources``
+        as well (what a handler finds only once it has read the store), or ``None``."""
+        if self.white_listed(remote_ip):
+            return None
+        account = self.accounts.get(request.ext_fields.get(ACCESS_KEY, ""))
+        if account is None:
+            return "ACL: the account was removed"
+        return self.refusal(account, resources)
+
+    @staticmethod
+    def refusal(account: Account, resources: Iterable[Resource]) -> str | None:
+        """Why ``account`` may not use every one of ``resources`` (topic or ``%RETRY%<group>``,
+        permission needed), or ``None``: the one permission test of brokers, proxy and gRPC door."""
+        for resource, needed in resources:
             if (why := account.refusal(resource, needed)) is not None:
                 return why
         return None
-
-
-def _group(name: str | None) -> str | None:
-    return RETRY_PREFIX + name if name else None
-
-
-def _send_resources(ext: dict[str, str]) -> Iterable[tuple[str | None, int]]:
-    topic = ext.get("topic")
-    if topic and topic.startswith(RETRY_PREFIX):
-        yield topic, SUB  # a consumer sending a message back to its retry topic
-    else:
-        yield topic, PUB
-
-
-def request_resources(request: RemotingCommand) -> list[tuple[str, int]]:
-    """(resource, permission needed) for each topic or group (``%RETRY%<group>``) the request
-    touches; requests not listed touch none (the signature is all they need)."""
-    ext = request.ext_fields
-    code = request.code
-    found: Iterable[tuple[str | None, int]] = ()
-    if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        found = _send_resources({V2_NAMES.get(k, k): v for k, v in ext.items()})
-    elif code == RequestCode.SEND_MESSAGE:
-        found = _send_resources(ext)
-    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
-        found = [(_group(ext.get("group")), SUB)]
-    elif code == RequestCode.PULL_MESSAGE:
-        found = [(ext.get("topic"), SUB), (_group(ext.get("consumerGroup")), SUB)]
-    elif code == RequestCode.QUERY_MESSAGE:
-        found = [(ext.get("topic"), SUB)]
-    elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
-        found = [(_group(ext.get("consumerGroup")), SUB), (ext.get("topic"), SUB)]
-    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
-        found = [(_group(ext.get("consumerGroup")), SUB)]
-    elif code == RequestCode.HEART_BEAT:
-        found = _heartbeat_resources(request.body)
-    return [(name, perm) for name, perm in found if name]
-
-
-def _heartbeat_resources(body: bytes) -> list[tuple[str | None, int]]:
-    try:
-        doc = orjson.loads(body) if body else {}
-    except orjson.JSONDecodeError:
-        return []  # the handler answers a bad body
-    found: list[tuple[str | None, int]] = []
-    for consumer in (doc.get("consumerDataSet") or []) if isinstance(doc, dict) else []:
-        if not isinstance(consumer, dict):
-            continue
-        found.append((_group(str(consumer.get("groupName") or "")), SUB))
-        for sub in consumer.get("subscriptionDataSet") or []:
-            if isinstance(sub, dict):
-                found.append((str(sub.get("topic") or ""), SUB))
-    return found

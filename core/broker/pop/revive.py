@@ -1,47 +1,96 @@
 """The revive service of POP consumption (RocketMQ's PopReviveService): on the group's master,
 every second, read each revive queue on from its committed progress, feed the ledger
-(:mod:`core.broker.pop_ledger`), and put every message of a due checkpoint that nobody acked
+(:mod:`core.broker.pop.ledger`), and put every message of a due checkpoint that nobody acked
 into the group's POP retry topic with one more delivery attempt, then commit the progress.
 
 The progress is an ordinary consumer offset (group ``CID_RMQ_SYS_REVIVE_GROUP``): a restarted
 broker, or a new raft leader, reads on from it, so an un-acked message is revived even if its
 broker went down in between (at worst twice: delivery is at least once).
 
-Before its first round, the loop also raises every group's POP offsets to the end of each
-checkpoint stored after the revive progress (:func:`recover_pop_offsets`). Offsets move at pop
-time and are saved only now and then (RocketMQ's consumerOffset.json, a follower's periodic
-copy), while every checkpoint is in the replicated log before its messages are handed out: so a
-broker killed without saving, or a new raft leader, does not hand out again from the topic what
-was already handed out (RocketMQ does, with the delivery attempt back at 1).
+When a broker becomes writable (it starts as a master, or wins a raft election), every group's
+POP offsets are first raised to the end of each checkpoint stored after the revive progress
+(:func:`recover_pop_offsets`), and POP requests wait until that is done (:func:`when_pop_ready`).
+Offsets move at pop time and are saved only now and then (RocketMQ's consumerOffset.json, a
+follower's periodic copy), while every checkpoint is in the replicated log before its messages
+are handed out: so a broker killed without saving, or a new raft leader, does not hand out again
+from the topic what was already handed out (RocketMQ does, with the delivery attempt back at 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import trio
 
-from core.broker.pop import REVIVE_QUEUES, now_ms, revive_topic
-from core.broker.pop_ledger import ReviveLedger
+from core.broker.pop.ledger import ReviveLedger
+from core.broker.responses import response_code
 from core.errors import StoreError
+from core.remoting.codes import ResponseCode
+from core.remoting.command import RemotingCommand
+from core.remoting.connection import Connection, Reply
 from formats.errors import FormatError
 from formats.pop import RETRY_V1, Ack, CheckPoint, retry_topic
-from formats.properties import TAGS
+from formats.properties import TAGS, UNIQ_KEY
+from formats.record import MessageRecord
 
 if TYPE_CHECKING:
-    from core.broker.broker import Broker
+    from core.broker.broker import Broker, Handler
 
 log = logging.getLogger(__name__)
 
+REVIVE_QUEUES = 8  # RocketMQ's reviveQueueNum
+POP_READY_WAIT_S = 5.0  # how long a POP waits for a new master's offsets to be recovered
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
 REVIVE_INTERVAL_S = 1.0
 READ_BATCH = 512  # revive-queue entries read per queue and round
+RECOVERY_SCAN_MAX = 200_000  # revive-queue entries read per queue to recover offsets
 FIRST_POP_TIME = "1ST_POP_TIME"
 
 
-RECOVERY_SCAN_MAX = 200_000  # revive-queue entries read per queue to recover offsets
+def revive_topic(cluster: str) -> str:
+    return f"rmq_sys_REVIVE_LOG_{cluster}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _revive_record(broker: Broker, revive_qid: int, tag: str, body: bytes, uniq_key: str) -> MessageRecord:
+    """A record of the revive topic (created on first use, one queue per revive queue id)."""
+    topic = revive_topic(broker.cluster)
+    if broker.topics.ensure(topic, REVIVE_QUEUES)[1]:
+        broker.topics_changed()
+    return MessageRecord(topic=topic, body=body, properties={TAGS: tag, UNIQ_KEY: uniq_key}, queue_id=revive_qid,
+                         born_timestamp=now_ms(), born_host=broker.store_host, store_host=broker.store_host)
+
+
+def checkpoint_record(broker: Broker, revive_qid: int, ck: CheckPoint) -> MessageRecord:
+    return _revive_record(broker, revive_qid, "ck", ck.to_json(), f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@"
+                          f"{ck.group}@{ck.pop_time_ms}@{ck.broker_name}@ck")
+
+
+def ack_record(broker: Broker, revive_qid: int, ack: Ack) -> MessageRecord:
+    return _revive_record(broker, revive_qid, ack.tag, ack.to_json(), f"{ack.topic}@{ack.queue_id}@{ack.offsets[0]}@"
+                          f"{ack.group}@{ack.pop_time_ms}@{ack.broker_name}@{ack.tag}")
+
+
+async def write_revive_records(broker: Broker, request: RemotingCommand, records: list[MessageRecord],
+                               what: str) -> RemotingCommand | None:
+    """Store checkpoints or acks and wait for the flush and replicas as a send would; None when
+    done, else the error answer (nothing was handed out or acked)."""
+    try:
+        results = broker.writes.put(records)
+    except Exception as exc:
+        return request.reply(*response_code(exc))
+    if broker.writes.waits:
+        code, remark = await broker.writes.confirmed(results)
+        if code != ResponseCode.SUCCESS:
+            return request.reply(code, remark or f"the {what} was stored but not confirmed as asked")
+    return None
 
 
 def recover_pop_offsets(broker: Broker) -> int:
@@ -72,16 +121,44 @@ def recover_pop_offsets(broker: Broker) -> int:
     return moved
 
 
-async def revive_loop(broker: Broker) -> None:
-    """Run while this broker is writable (the caller cancels it when the role changes)."""
-    topic = revive_topic(broker.cluster)
-    try:  # on the trio thread: it commits offsets, and checkpoints since the progress are few
+def make_pop_ready(broker: Broker) -> None:
+    """A broker that just became writable: raise the POP offsets from the stored checkpoints,
+    then let POP requests in. On the trio thread, before anything else runs: it commits offsets,
+    and the checkpoints since the revive progress are few."""
+    try:
         moved = recover_pop_offsets(broker)
     except StoreError as exc:
         log.warning("recovering POP offsets from the checkpoints failed: %s", exc)
     else:
         if moved:
             log.info("POP offsets of %d queues raised to their stored checkpoints", moved)
+    broker.pop_ready.set()
+
+
+def when_pop_ready(handler: Handler) -> Handler:
+    """``handler`` for a POP request, run once a writable broker's POP offsets are recovered (at
+    most :data:`POP_READY_WAIT_S` later: then SYSTEM_BUSY). A read-only broker answers at once."""
+    def handle(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+        if broker.pop_ready.is_set() or not broker.replication.writable:
+            return handler(broker, request, conn)
+        return _when_ready(handler, broker, request, conn)
+    return handle
+
+
+async def _when_ready(handler: Handler, broker: Broker, request: RemotingCommand,
+                      conn: Connection) -> RemotingCommand | None:
+    with trio.move_on_after(POP_READY_WAIT_S):
+        while broker.replication.writable and not broker.pop_ready.is_set():
+            await broker.pop_ready.wait()  # set when ready, or when the role changes again
+    if broker.replication.writable and not broker.pop_ready.is_set():
+        return request.reply(ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST] POP offsets are still being recovered")
+    reply = handler(broker, request, conn)
+    return await reply if inspect.isawaitable(reply) else reply
+
+
+async def revive_loop(broker: Broker) -> None:
+    """Run while this broker is writable (the caller cancels it when the role changes)."""
+    topic = revive_topic(broker.cluster)
     ledgers: dict[int, ReviveLedger] = {}
     while True:
         for qid in range(REVIVE_QUEUES):

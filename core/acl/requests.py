@@ -1,0 +1,180 @@
+"""Which topics and consumer groups each request names, and the permission each needs: the one
+table the brokers and the proxy's remoting door check (the gRPC door's RPCs are sent upstream
+as these requests, signed with the caller's account, so the brokers check them again).
+
+Every request code a broker serves is in exactly one of :data:`RULES` (it names topics or
+groups), :data:`ADMIN_CODES` (an admin account only) or :data:`NAMES_NOTHING` (with why);
+``tests/core/test_acl_requests.py`` walks the broker's request table to hold that, and
+docs/security.md shows :func:`rules_table`. As RocketMQ's ACL, a group is checked as the
+resource ``%RETRY%<group>`` (``groupPerms``). Where RocketMQ checks less, we check more:
+
+- BATCH_ACK_MESSAGE (RocketMQ checks nothing: its names are in the body): each entry's group
+  and topic need SUB;
+- LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (the same): the group and every queue's topic need SUB;
+- the offset, stats and connection queries need SUB where RocketMQ 4.x checks nothing;
+- an ack or a change of invisible time on a POP retry topic (``%RETRY%<group>_<topic>`` or
+  ``+<topic>``) needs SUB on the topic it retries; RocketMQ reads the whole name as a group.
+
+Producer groups carry no permission in ``plain_acl.yml`` (as in RocketMQ): fields naming one
+(``producerGroup``, a V2 send's ``a``) are not checked. A transaction is ended only with the
+producer group its half message names (:mod:`core.broker.transaction_service`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import orjson
+
+from core.acl.permissions import PUB, RETRY_PREFIX, SUB, group_resource, perm_text
+from core.remoting.codes import RequestCode
+from core.remoting.command import RemotingCommand
+
+Resource = tuple[str, int]  # (a topic, or %RETRY%<group>; the permission needed)
+Names = Iterable[tuple[str, str, str | None]]  # (kind "topic"/"group", name, the group it is consumed as)
+
+POP_RETRY_SEPARATORS = ("_", "+")  # RocketMQ's POP retry topics V1 and V2
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """Where one request code names topics and groups, and the permission a topic needs
+    (a group always needs SUB)."""
+
+    topics: tuple[str, ...] = ()  # header fields naming a topic
+    groups: tuple[str, ...] = ()  # header fields naming a consumer group
+    topic_perm: int = SUB
+    body: Callable[[bytes], Names] | None = None  # names carried in the body
+    body_names: str = ""  # what the body names, as docs/security.md says it
+
+    def resources(self, request: RemotingCommand) -> list[Resource]:
+        ext = request.ext_fields
+        group = next((ext[f] for f in self.groups if ext.get(f)), None)
+        named: list[tuple[str, str, str | None]] = [("topic", ext[f], group) for f in self.topics if ext.get(f)]
+        named += [("group", ext[f], None) for f in self.groups if ext.get(f)]
+        if self.body is not None:
+            named += list(self.body(request.body or b""))
+        return [_resource(kind, name, of_group, self.topic_perm) for kind, name, of_group in named if name]
+
+
+def _resource(kind: str, name: str, of_group: str | None, topic_perm: int) -> Resource:
+    if kind == "group":
+        return group_resource(name), SUB
+    if name.startswith(RETRY_PREFIX):
+        if of_group:  # a POP retry topic of the request's own group: the topic it retries
+            for separator in POP_RETRY_SEPARATORS:
+                prefix = f"{RETRY_PREFIX}{of_group}{separator}"
+                if name.startswith(prefix) and len(name) > len(prefix):
+                    return name[len(prefix):], SUB
+        return name, SUB  # a group's retry topic: the group's SUB (a send-back sends there)
+    return name, topic_perm
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return None  # the handler answers a bad body, and nothing named in it is used
+
+
+def _heartbeat_names(body: bytes) -> Names:
+    doc = _json(body)
+    for consumer in (doc.get("consumerDataSet") or []) if isinstance(doc, dict) else []:
+        if not isinstance(consumer, dict):
+            continue
+        group = str(consumer.get("groupName") or "")
+        yield "group", group, None
+        for sub in consumer.get("subscriptionDataSet") or []:
+            if isinstance(sub, dict):
+                yield "topic", str(sub.get("topic") or ""), group
+
+
+def _lock_names(body: bytes) -> Names:
+    doc = _json(body)
+    if not isinstance(doc, dict):
+        return
+    group = str(doc.get("consumerGroup") or "")
+    yield "group", group, None
+    for queue in doc.get("mqSet") or []:
+        if isinstance(queue, dict):
+            yield "topic", str(queue.get("topic") or ""), group
+
+
+def _batch_ack_names(body: bytes) -> Names:
+    doc = _json(body)
+    for entry in (doc.get("acks") or []) if isinstance(doc, dict) else []:
+        if isinstance(entry, dict):
+            group = str(entry.get("c") or "")
+            yield "group", group, None
+            yield "topic", str(entry.get("t") or ""), group
+
+
+_CONSUMER = Rule(topics=("topic",), groups=("consumerGroup",))
+RULES: Mapping[int, Rule] = MappingProxyType({
+    RequestCode.SEND_MESSAGE: Rule(topics=("topic",), topic_perm=PUB),
+    RequestCode.SEND_MESSAGE_V2: Rule(topics=("b",), topic_perm=PUB),
+    RequestCode.SEND_BATCH_MESSAGE: Rule(topics=("b",), topic_perm=PUB),
+    RequestCode.END_TRANSACTION: Rule(topics=("topic",), topic_perm=PUB),
+    RequestCode.CONSUMER_SEND_MSG_BACK: Rule(groups=("group",)),
+    RequestCode.PULL_MESSAGE: _CONSUMER,
+    RequestCode.POP_MESSAGE: _CONSUMER,
+    RequestCode.ACK_MESSAGE: _CONSUMER,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _CONSUMER,
+    RequestCode.NOTIFICATION: _CONSUMER,
+    RequestCode.BATCH_ACK_MESSAGE: Rule(body=_batch_ack_names, body_names="each entry's group `c` and topic `t`"),
+    RequestCode.QUERY_CONSUMER_OFFSET: _CONSUMER,
+    RequestCode.UPDATE_CONSUMER_OFFSET: _CONSUMER,
+    RequestCode.GET_CONSUME_STATS: _CONSUMER,
+    RequestCode.HEART_BEAT: Rule(body=_heartbeat_names,
+                                 body_names="each consumer's group and its subscriptions' topics"),
+    RequestCode.LOCK_BATCH_MQ: Rule(body=_lock_names, body_names="`consumerGroup` and each queue's topic"),
+    RequestCode.UNLOCK_BATCH_MQ: Rule(body=_lock_names, body_names="`consumerGroup` and each queue's topic"),
+    RequestCode.UNREGISTER_CLIENT: Rule(groups=("consumerGroup",)),
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: Rule(groups=("consumerGroup",)),
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: Rule(groups=("consumerGroup",)),
+    RequestCode.GET_CONSUMER_RUNNING_INFO: Rule(groups=("consumerGroup",)),
+    RequestCode.QUERY_MESSAGE: Rule(topics=("topic",)),
+    RequestCode.GET_MAX_OFFSET: Rule(topics=("topic",)),
+    RequestCode.GET_MIN_OFFSET: Rule(topics=("topic",)),
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: Rule(topics=("topic",)),
+    RequestCode.GET_EARLIEST_MSG_STORETIME: Rule(topics=("topic",)),
+})
+
+# requests that change the broker or other clients' state: admin accounts only
+ADMIN_CODES = frozenset({
+    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.TRANSFER_LEADERSHIP,
+    25,   # UPDATE_BROKER_CONFIG (not served; refused here first)
+    200,  # UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (not served)
+    207,  # DELETE_SUBSCRIPTIONGROUP (not served)
+    215,  # DELETE_TOPIC_IN_BROKER (not served)
+})
+
+# requests served that name no topic and no group: a valid signature is all they need
+NAMES_NOTHING: Mapping[int, str] = MappingProxyType({
+    RequestCode.GET_BROKER_RUNTIME_INFO: "the broker's own counters",
+    RequestCode.GET_ALL_TOPIC_CONFIG: "every topic's queue counts and permissions (a slave copies them)",
+    RequestCode.GET_ALL_CONSUMER_OFFSET: "every group's offsets (a slave copies them)",
+    RequestCode.VIEW_MESSAGE_BY_ID: "a commit log offset (the handler then needs SUB on the topic of the message found)",
+    RequestCode.CHECK_CLIENT_CONFIG: "a filter expression to parse (its body's group and topic are not used)",
+})
+
+
+def request_resources(request: RemotingCommand) -> list[Resource]:
+    """(resource, permission needed) for each topic or group the request names."""
+    rule = RULES.get(request.code)
+    return rule.resources(request) if rule is not None else []
+
+
+def rules_table() -> str:
+    """The table docs/security.md shows: each request code that names topics or groups, what it
+    names and the permission each needs."""
+    rows = ["| request | topic (permission) | group (SUB) | in the body (SUB) |", "|---|---|---|---|"]
+    for code, rule in sorted(RULES.items()):
+        name = RequestCode(code).name
+        topics = ", ".join(f"`{f}`" for f in rule.topics)
+        rows.append(f"| {name} ({int(code)}) | {f'{topics} ({perm_text(rule.topic_perm)})' if topics else '-'} | "
+                    f"{', '.join(f'`{f}`' for f in rule.groups) or '-'} | {rule.body_names or '-'} |")
+    return "\n".join(rows)
