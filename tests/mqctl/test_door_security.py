@@ -1,0 +1,369 @@
+"""The proxy's and the brokers' doors tried as an attacker would, on real processes: POP requests
+from raw 4.x frames are held to the ACL (at a broker and through the proxy), nothing a 5.x
+client sends becomes a reserved property, a client id cannot be used by another account, and a
+5.x producer's topics need PUB before it is sent their transactions' check-backs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from core.remoting.client import open_remoting_client
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+from core.remoting.signing import Credentials, sign
+from formats.record import decode_records
+from formats.rocketmq_v2 import messaging_pb2 as pb
+from tests.conftest import Cluster, child_env, running_cluster
+from tests.interop.grpc_raw import RawGrpc, settings_publishing
+
+ACL_FILE = """\
+accounts:
+  - accessKey: reader-key          # may read Public as the group readers, nothing else
+    secretKey: reader-secret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [Public=SUB]
+    groupPerms: [readers=SUB]
+  - accessKey: producer-key        # may publish to Orders, nothing else
+    secretKey: producer-secret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [Orders=PUB]
+  - accessKey: admin-key
+    secretKey: admin-secret
+    admin: true
+"""
+READER = Credentials("reader-key", "reader-secret")
+ADMIN = Credentials("admin-key", "admin-secret")
+PRODUCER_ACCOUNT = ("producer-key", "producer-secret")
+READER_ACCOUNT = ("reader-key", "reader-secret")
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory) -> Iterator[Cluster]:
+    """ACL on, one broker, a proxy with a gRPC door; open transactions are checked after 1 s."""
+    where = tmp_path_factory.mktemp("secure")
+    (where / "plain_acl.yml").write_text(ACL_FILE)
+    acl = 'enabled = true\nfile = "plain_acl.yml"\naccess_key = "admin-key"\nsecret_key = "admin-secret"'
+    with running_cluster(where, child_env(), acl=acl, proxies=1, grpc=True,
+                         broker="transaction_timeout_ms = 1000\ntransaction_check_interval_ms = 1000") as cluster:
+        for topic in ("Secret", "Public", "Orders"):
+            assert cluster.mqctl("topic", "create", topic).returncode == 0
+        yield cluster
+
+
+def addresses(cluster: Cluster) -> tuple[str, str]:
+    """The broker's address, and the proxy's door for broker-a (the port after the proxy's)."""
+    status = [json.loads(line) for line in cluster.mqctl("status", "--json").stdout.splitlines()]
+    broker = next(r["address"] for r in status if r.get("role") == "master")
+    host, port = cluster.proxies[0].rsplit(":", 1)
+    return broker, f"{host}:{int(port) + 1}"
+
+
+def max_offset(cluster: Cluster) -> int:
+    rows = [json.loads(line) for line in cluster.mqctl("status", "--json").stdout.splitlines()]
+    return next(r["max_offset"] for r in rows if r["role"] == "master")
+
+
+def signed(request: RemotingCommand, creds: Credentials) -> RemotingCommand:
+    sign(request, creds)
+    return request
+
+
+def pop(topic: str, group: str = "readers", poll_ms: int = 0) -> RemotingCommand:
+    return RemotingCommand(code=RequestCode.POP_MESSAGE, ext_fields={
+        "consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": "32", "invisibleTime": "60000",
+        "pollTime": str(poll_ms), "bornTime": "0", "initMode": "0", "expType": "TAG", "exp": "*"})
+
+
+async def test_pop_requests_need_sub_on_the_topic_and_the_group_at_the_broker_and_through_the_proxy(secure):
+    for topic in ("Secret", "Public"):
+        assert secure.mqctl("send", topic, f"for {topic}", "--count", "2").returncode == 0
+    broker, door = addresses(secure)
+    async with open_remoting_client() as client:
+        # the admin account pops Secret as the readers' group: real receipt handles to ack with
+        popped = await client.invoke(broker, signed(pop("Secret"), ADMIN))
+        assert popped.code == ResponseCode.SUCCESS, popped.remark
+        record = decode_records(popped.body)[0]
+        ext = popped.ext_fields
+        start = ext["startOffsetInfo"].split(";")[0].split()[2]
+        handle = (f"{start} {ext['popTime']} {ext['invisibleTime']} {ext['reviveQid']} 0 broker-a {record.queue_id} "
+                  f"{record.queue_offset}")
+        ack_fields = {"consumerGroup": "readers", "topic": "Secret", "queueId": str(record.queue_id),
+                      "extraInfo": handle, "offset": str(record.queue_offset)}
+        batch = {"brokerName": "broker-a", "acks": [{
+            "c": "readers", "t": "Secret", "r": "0", "so": int(start), "q": record.queue_id,
+            "rq": int(ext["reviveQid"]), "pt": int(ext["popTime"]), "it": 60000,
+            "b": base64.b64encode(bytes([1 << (record.queue_offset - int(start))])).decode()}]}
+        def hostile() -> dict[str, RemotingCommand]:
+            return {
+                "POP_MESSAGE": pop("Secret"),
+                "NOTIFICATION": RemotingCommand(code=RequestCode.NOTIFICATION, ext_fields={
+                    "consumerGroup": "readers", "topic": "Secret", "queueId": "-1", "pollTime": "0", "bornTime": "0"}),
+                "ACK_MESSAGE": RemotingCommand(code=RequestCode.ACK_MESSAGE, ext_fields=dict(ack_fields)),
+                "CHANGE_MESSAGE_INVISIBLETIME": RemotingCommand(code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+                                                                ext_fields=dict(ack_fields, invisibleTime="1000")),
+                "BATCH_ACK_MESSAGE": RemotingCommand(code=RequestCode.BATCH_ACK_MESSAGE,
+                                                     body=json.dumps(batch).encode()),
+            }
+
+        stored = max_offset(secure)
+        for where in (broker, door):
+            for name, request in hostile().items():
+                answer = await client.invoke(where, signed(request, READER))
+                assert answer.code == ResponseCode.NO_PERMISSION, (where, name, answer.code, answer.remark)
+                assert "no SUB permission on topic 'Secret'" in answer.remark, (where, name, answer.remark)
+        # nothing refused wrote a checkpoint or an ack record
+        assert max_offset(secure) == stored
+        for where in (broker, door):  # what the account may read it reads: the same group on Public
+            allowed = await client.invoke(where, signed(pop("Public"), READER))
+            assert allowed.code in (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT), allowed.remark
+        assert max_offset(secure) > stored  # that POP's checkpoint
+
+
+def send_request(topic: str, message_id: str, **system: object) -> pb.SendMessageRequest:
+    return pb.SendMessageRequest(messages=[pb.Message(
+        topic=pb.Resource(name=topic), body=b"5x body",
+        system_properties=pb.SystemProperties(message_id=message_id, **system))])
+
+
+def test_nothing_a_5x_producer_sends_becomes_a_reserved_property(secure):
+    """trace_context and born_host went into the stored properties as they came: their \\x01/\\x02
+    would plant UNIQ_KEY, PGROUP, DELAY or a far TIMER_DELIVER_MS."""
+    planted = {"trace_context": "t\x02PGROUP\x01other-producers", "born_host": "10.0.0.1\x02DELAY\x014"}
+    stored = max_offset(secure)
+    with RawGrpc(secure.grpc[0]) as door:
+        for field, value in planted.items():
+            answer = door.unary("SendMessage", send_request("Orders", f"ID-{field}", **{field: value}),
+                                pb.SendMessageResponse, "planter-1", PRODUCER_ACCOUNT)
+            assert answer.status.code == pb.BAD_REQUEST and field in answer.status.message, (field, answer.status)
+        assert max_offset(secure) == stored  # nothing was stored
+        timer = {"trace_context": "t\x02TIMER_DELIVER_MS\x01" + str(int(time.time() * 1000) + 30 * 86400_000)}
+        answer = door.unary("SendMessage", send_request("Orders", "ID-timer", **timer), pb.SendMessageResponse,
+                            "planter-1", PRODUCER_ACCOUNT)
+        assert answer.status.code == pb.BAD_REQUEST, answer.status
+        fine = door.unary("SendMessage", send_request("Orders", "ID-fine", trace_context="00-abc-def-01",
+                                                      born_host="10.0.0.1"),
+                          pb.SendMessageResponse, "planter-1", PRODUCER_ACCOUNT)
+        assert fine.status.code == pb.OK, fine.status
+        door.unary("NotifyClientTermination", pb.NotifyClientTerminationRequest(), pb.NotifyClientTerminationResponse,
+                   "planter-1", PRODUCER_ACCOUNT)
+    assert max_offset(secure) > stored
+
+
+def transactional(topic: str, message_id: str) -> pb.SendMessageRequest:
+    return send_request(topic, message_id, message_type=pb.TRANSACTION,
+                        orphaned_transaction_recovery_duration={"seconds": 1})
+
+
+def check_back_within(stream, deadline_s: float) -> pb.RecoverOrphanedTransactionCommand | None:
+    """The next check-back on ``stream`` (skipping other commands) within ``deadline_s``."""
+    end = time.monotonic() + deadline_s
+    while (left := end - time.monotonic()) > 0:
+        command = stream.next(left)
+        if command is None:
+            return None
+        assert isinstance(command, pb.TelemetryCommand), command
+        if command.HasField("recover_orphaned_transaction_command"):
+            return command.recover_orphaned_transaction_command
+    return None
+
+
+def open_producer(door: RawGrpc, client_id: str, account: tuple[str, str], topic: str):
+    stream = door.telemetry(client_id, account)
+    stream.start_reading()
+    stream.send(settings_publishing(topic))
+    applied = stream.next(15)
+    assert isinstance(applied, pb.TelemetryCommand), applied
+    return stream, applied
+
+
+def test_a_client_id_in_use_belongs_to_its_account(secure):
+    """Another account naming a producer's client id can neither end its session nor take its
+    record; the producer's check-backs keep coming."""
+    with RawGrpc(secure.grpc[0]) as door:
+        victim, applied = open_producer(door, "victim-1", PRODUCER_ACCOUNT, "Orders")
+        assert applied.status.code == pb.OK, applied.status
+        try:
+            sent = door.unary("SendMessage", transactional("Orders", "TX-victim"), pb.SendMessageResponse,
+                              "victim-1", PRODUCER_ACCOUNT)
+            assert sent.status.code == pb.OK, sent.status
+            for method, request, answer_type in (
+                    ("NotifyClientTermination", pb.NotifyClientTerminationRequest(), pb.NotifyClientTerminationResponse),
+                    ("Heartbeat", pb.HeartbeatRequest(client_type=pb.PRODUCER), pb.HeartbeatResponse)):
+                answer = door.unary(method, request, answer_type, "victim-1", READER_ACCOUNT)
+                assert answer.status.code == pb.FORBIDDEN and "another account" in answer.status.message, \
+                    (method, answer.status)
+            check = check_back_within(victim, 20)
+            assert check is not None and check.transaction_id, "the victim lost its check-backs"
+            ended = door.unary("EndTransaction", pb.EndTransactionRequest(
+                topic=pb.Resource(name="Orders"), message_id="TX-victim", transaction_id=check.transaction_id,
+                resolution=pb.ROLLBACK, source=pb.SOURCE_SERVER_CHECK),
+                pb.EndTransactionResponse, "victim-1", PRODUCER_ACCOUNT)
+            assert ended.status.code == pb.OK, ended.status
+            # its own account may end it
+            mine = door.unary("NotifyClientTermination", pb.NotifyClientTerminationRequest(),
+                              pb.NotifyClientTerminationResponse, "victim-1", PRODUCER_ACCOUNT)
+            assert mine.status.code == pb.OK, mine.status
+        finally:
+            victim.close()
+
+
+def test_a_5x_producers_topics_need_pub_before_it_gets_their_check_backs(secure):
+    """Settings naming a topic the account may not publish to are refused: the proxy would
+    register the client as that topic's producer, and brokers send producers the half messages."""
+    with RawGrpc(secure.grpc[0]) as door:
+        spy, refused = open_producer(door, "spy-1", READER_ACCOUNT, "Orders")
+        producer, applied = open_producer(door, "producer-2", PRODUCER_ACCOUNT, "Orders")
+        try:
+            assert refused.status.code == pb.FORBIDDEN and "no PUB permission on topic 'Orders'" in \
+                refused.status.message, refused.status
+            assert applied.status.code == pb.OK, applied.status
+            sent = door.unary("SendMessage", transactional("Orders", "TX-2"), pb.SendMessageResponse,
+                              "producer-2", PRODUCER_ACCOUNT)
+            assert sent.status.code == pb.OK, sent.status
+            check = check_back_within(producer, 20)
+            assert check is not None and check.message.body == b"5x body"
+            assert check_back_within(spy, 3) is None, "the spy was sent a half message"
+            door.unary("EndTransaction", pb.EndTransactionRequest(
+                topic=pb.Resource(name="Orders"), message_id="TX-2", transaction_id=check.transaction_id,
+                resolution=pb.ROLLBACK, source=pb.SOURCE_SERVER_CHECK), pb.EndTransactionResponse, "producer-2",
+                PRODUCER_ACCOUNT)
+            # and the route query of a topic the account may neither publish to nor read is refused too
+            route = door.unary("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="Secret"), endpoints=pb.Endpoints(
+                scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)])), pb.QueryRouteResponse,
+                "producer-2", PRODUCER_ACCOUNT)
+            assert route.status.code == pb.FORBIDDEN and "Secret" in route.status.message, route.status
+        finally:
+            spy.close()
+            producer.close()
+
+
+# --------------------------------------------------------------------------- bounds
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory) -> Iterator[Cluster]:
+    """Tiny limits, to be hit: 2 held requests per broker connection, 4 gRPC calls at once, 3
+    5.x clients per address, 1 telemetry stream per client, 2 commands waiting per stream."""
+    where = tmp_path_factory.mktemp("bounded")
+    proxy = ("grpc_calls_max = 4\ngrpc_clients_per_host_max = 3\ngrpc_streams_per_client_max = 1\n"
+             "telemetry_outbox_max = 2")
+    with running_cluster(where, child_env(), proxies=1, grpc=True, proxy=proxy,
+                         broker="held_pulls_per_connection_max = 2") as cluster:
+        assert cluster.mqctl("topic", "create", "Quiet").returncode == 0
+        yield cluster
+
+
+def proxy_table(cluster: Cluster) -> dict[str, str]:
+    async def ask() -> dict[str, str]:
+        async with open_remoting_client() as client:
+            answer = await client.invoke(cluster.proxies[0], RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO))
+            return json.loads(answer.body)["table"]
+    return trio.run(ask)
+
+
+def wait_until(predicate, deadline_s: float, what: str) -> None:
+    end = time.monotonic() + deadline_s
+    while not predicate():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def receive(group: str = "quiet-readers", poll_s: int = 4) -> pb.ReceiveMessageRequest:
+    return pb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), batch_size=1, invisible_duration={"seconds": 30},
+        long_polling_timeout={"seconds": poll_s}, message_queue=pb.MessageQueue(
+            topic=pb.Resource(name="Quiet"), id=-1, broker=pb.Broker(name="broker-a")))
+
+
+def terminate(door: RawGrpc, *client_ids: str) -> None:
+    for client_id in client_ids:
+        door.unary("NotifyClientTermination", pb.NotifyClientTerminationRequest(), pb.NotifyClientTerminationResponse,
+                   client_id)
+
+
+async def test_polling_pops_and_notifications_count_against_a_connections_held_requests(bounded):
+    broker, _ = addresses(bounded)
+    answers: list[RemotingCommand] = []
+    async with open_remoting_client() as client, trio.open_nursery() as nursery:
+        async def one(request: RemotingCommand) -> None:
+            answers.append(await client.invoke(broker, request, timeout_s=20))
+        for _ in range(3):  # one connection: two may wait, the third is answered at once
+            nursery.start_soon(one, pop("Quiet", "quiet-readers", poll_ms=3000))
+        with trio.fail_after(2):
+            while not answers:
+                await trio.sleep(0.01)
+        assert answers[0].code == ResponseCode.POLLING_FULL and "held_pulls_per_connection_max" in answers[0].remark
+        notified = await client.invoke(broker, RemotingCommand(code=RequestCode.NOTIFICATION, ext_fields={
+            "consumerGroup": "quiet-readers", "topic": "Quiet", "queueId": "-1", "pollTime": "3000", "bornTime": "0"}),
+            timeout_s=20)
+        assert notified.ext_fields.get("pollingFull") == "true" and notified.ext_fields.get("hasMsg") == "false"
+    assert sorted(a.code for a in answers) == sorted([ResponseCode.POLLING_FULL] + [ResponseCode.POLLING_TIMEOUT] * 2)
+    # once they answered, the connection may hold again
+    async with open_remoting_client() as client:
+        again = await client.invoke(broker, pop("Quiet", "quiet-readers", poll_ms=200))
+        assert again.code == ResponseCode.POLLING_TIMEOUT
+
+
+def test_grpc_calls_in_progress_and_clients_per_address_are_bounded(bounded):
+    with RawGrpc(bounded.grpc[0]) as door:
+        try:
+            # four long-polling receives (two clients, two each: each client's upstream connection
+            # may hold two): the proxy's limit of calls in progress
+            waiting = [door.receive_future(receive(), f"poller-{i % 2}") for i in range(4)]
+            wait_until(lambda: proxy_table(bounded).get("grpcCallsNow") == "4", 10, "four calls in progress")
+            route = pb.QueryRouteRequest(topic=pb.Resource(name="Quiet"), endpoints=pb.Endpoints(
+                scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)]))
+            busy = door.unary("QueryRoute", route, pb.QueryRouteResponse, "poller-0")
+            assert busy.status.code == pb.TOO_MANY_REQUESTS and "grpc_calls_max" in busy.status.message, busy.status
+            for frames in waiting:
+                assert [f.status.code for f in frames if f.HasField("status")] == [pb.MESSAGE_NOT_FOUND]
+            assert door.unary("QueryRoute", route, pb.QueryRouteResponse, "poller-0").status.code == pb.OK
+            # a third client from this address still fits; a fourth does not
+            assert door.unary("QueryRoute", route, pb.QueryRouteResponse, "third").status.code == pb.OK
+            fourth = door.unary("QueryRoute", route, pb.QueryRouteResponse, "fourth")
+            assert fourth.status.code == pb.TOO_MANY_REQUESTS and "grpc_clients_per_host_max" in fourth.status.message
+            # a client's receives beyond what its broker connection may hold: POLLING_FULL there
+            held = [door.receive_future(receive(poll_s=3), "poller-0") for _ in range(3)]
+            codes = sorted(f.status.code for frames in held for f in frames if f.HasField("status"))
+            assert codes == sorted([pb.TOO_MANY_REQUESTS, pb.MESSAGE_NOT_FOUND, pb.MESSAGE_NOT_FOUND]), codes
+        finally:
+            terminate(door, "poller-0", "poller-1", "third")
+        wait_until(lambda: proxy_table(bounded).get("grpcClients") == "0", 10, "the clients gone")
+
+
+def test_telemetry_streams_per_client_and_their_waiting_commands_are_bounded(bounded):
+    with RawGrpc(bounded.grpc[0]) as door:
+        first = door.telemetry("streamer")
+        first.start_reading()
+        first.send(settings_publishing("Quiet"))
+        assert isinstance(first.next(10), pb.TelemetryCommand)
+        second = door.telemetry("streamer")
+        second.start_reading()
+        refused = second.next(10)
+        assert getattr(refused, "code", lambda: None)() == grpc_status("RESOURCE_EXHAUSTED"), refused
+        first.close()
+        second.close()
+
+        # a client that writes settings and never reads the answers: the stream's outbox keeps two
+        silent = door.telemetry("silent")
+        big = settings_publishing("Quiet")
+        big.settings.user_agent.platform = "x" * 60_000  # each answer copies it: the client's window fills
+        dropped_before = int(proxy_table(bounded).get("grpcTelemetryDropped", "0"))
+        for _ in range(200):
+            silent.send(big)
+        wait_until(lambda: int(proxy_table(bounded).get("grpcTelemetryDropped", "0")) > dropped_before, 20,
+                   "telemetry answers dropped")
+        silent.close()
+        terminate(door, "streamer", "silent")
+
+
+def grpc_status(name: str):
+    import grpc
+    return getattr(grpc.StatusCode, name)
