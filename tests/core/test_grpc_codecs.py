@@ -1,5 +1,5 @@
-"""The gRPC front door's pure parts: 5.x messages to and from the stored form, signed metadata,
-routes and assignments."""
+"""The gRPC front door without a server: 5.x messages to and from the stored form, signed
+metadata, routes and assignments, and the client records (their bounds and their owners)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ import pytest
 
 from core.acl.permissions import PUB, SUB
 from core.acl.policy import Account, AclPolicy
-from core.proxy.grpc_auth import caller_of, check_permission
+from core.config import ProxySettings
+from core.proxy.grpc_auth import Caller, caller_of, check_permission
+from core.proxy.grpc_clients import GrpcClients
 from core.proxy.grpc_messages import BODY_SIZE_MAX, Refused, incoming, outgoing
 from core.proxy.grpc_routes import QueueSpan, assignments, message_queues, queue_spans, writable
 from formats import sysflag
 from formats.record import decode_record, encode_record
+from core.remoting.signing import Credentials
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
 NOW_MS = 1_700_000_000_000
@@ -62,6 +65,9 @@ def test_a_transactional_message_is_a_prepared_half():
     (message(keys=["has space"]), pb.ILLEGAL_MESSAGE_KEY),
     (message(message_group="g" * 64), pb.ILLEGAL_MESSAGE_GROUP),
     (message(user={"UNIQ_KEY": "forged"}), pb.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    (message(trace_context="t\x02PGROUP\x01other"), pb.BAD_REQUEST),
+    (message(born_host="h\x02DELAY\x014"), pb.BAD_REQUEST),
+    (message(trace_context="t" * 1025), pb.BAD_REQUEST),
     (message(delivery_timestamp={"seconds": NOW_MS // 1000 + 25 * 3600}), pb.ILLEGAL_DELIVERY_TIME),
     (pb.Message(topic=pb.Resource(name="rmq_sys_REVIVE_LOG_x"), body=b"x",
                 system_properties=pb.SystemProperties(message_id="a")), pb.ILLEGAL_TOPIC),
@@ -126,3 +132,27 @@ def test_routes_keep_4x_queue_ids_with_their_permissions_and_the_dialled_endpoin
     assert writable(spans) == [("b", 0), ("b", 1)]
     assert [a.message_queue.id for a in assignments("T", spans, endpoints, fifo=False)] == [-1, -1]
     assert [a.message_queue.id for a in assignments("T", spans, endpoints, fifo=True)] == [0, 1, 0, 1, 2, 3]
+
+
+async def test_client_ids_are_bounded_in_all_and_per_address_and_belong_to_their_account(nursery):
+    clients = GrpcClients(nursery, ProxySettings(grpc_clients_max=3, grpc_clients_per_host_max=2))
+    alice, bob = Credentials("alice", "secret-a"), Credentials("bob-key", "secret-b")
+    clients.get(Caller("a1", "10.0.0.1", alice))
+    clients.get(Caller("a2", "10.0.0.1", alice))
+    with pytest.raises(Refused, match="grpc_clients_per_host_max") as per_host:
+        clients.get(Caller("a3", "10.0.0.1", alice))
+    assert per_host.value.code == pb.TOO_MANY_REQUESTS
+    clients.get(Caller("b1", "10.0.0.2", bob))
+    with pytest.raises(Refused, match="grpc_clients_max") as in_all:
+        clients.get(Caller("c1", "10.0.0.3", bob))
+    assert in_all.value.code == pb.TOO_MANY_REQUESTS and len(clients) == 3
+    # another account naming a1 is refused and changes nothing; alice with a new key takes it over
+    for refused in (lambda: clients.get(Caller("a1", "10.0.0.9", bob)), lambda: clients.terminate(Caller("a1", "x", bob))):
+        with pytest.raises(Refused, match="another account") as other:
+            refused()
+        assert other.value.code == pb.FORBIDDEN
+    rotated = Credentials("alice", "new-secret")
+    assert clients.get(Caller("a1", "10.0.0.1", rotated)).caller.credentials == rotated
+    clients.terminate(Caller("a1", "10.0.0.1", rotated))
+    assert len(clients) == 2
+    clients.get(Caller("c1", "10.0.0.3", bob))  # room again

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from formats import sysflag as sf
 from formats.compression import compress
-from formats.errors import RecordError
+from formats.errors import FormatError, RecordError
 from formats.properties import decode_properties, encode_properties
 from formats.record import (
     BLANK_MAGIC,
@@ -207,6 +207,16 @@ def test_pull_body_is_a_concatenation_of_records():
 @given(props)
 def test_properties_round_trip(p):
     assert decode_properties(encode_properties(p)) == p
+
+
+@pytest.mark.parametrize("props", [{"TRACE_CONTEXT": "t\x02UNIQ_KEY\x01planted"}, {"a\x01b": "c"},
+                                   {"k": "v\x02DELAY\x014"}])
+def test_a_separator_in_a_name_or_value_is_refused_not_encoded(props):
+    """It would decode as other properties (a client's text becoming UNIQ_KEY or DELAY)."""
+    with pytest.raises(FormatError, match="may not hold"):
+        encode_properties(props)
+    with pytest.raises(FormatError):
+        encode_record(MessageRecord(topic="T", properties=props))
 
 
 def test_properties_decode_is_tolerant():
