@@ -23,7 +23,7 @@ from core.config import Config
 from mqctl.bench.runs import machine, run_workers
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
-from mqctl.common.options import JsonOutput
+from mqctl.common.options import JsonOutput, help_text
 
 Run = dict[str, object]
 REPO = Path(__file__).resolve().parents[2]
@@ -63,8 +63,8 @@ def _summary(runs: list[Run]) -> Run:
             if us is not None:
                 cpu.setdefault(name, []).append(us)
     return {"msgs_per_s": round(statistics.median(_rate(r) for r in runs)),
-            "p50_ms": statistics.median(float(r["p50_ms"]) for r in runs),  # type: ignore[arg-type]
-            "p99_ms": statistics.median(float(r["p99_ms"]) for r in runs),  # type: ignore[arg-type]
+            "p50_ms": round(statistics.median(float(r["p50_ms"]) for r in runs), 2),  # type: ignore[arg-type]
+            "p99_ms": round(statistics.median(float(r["p99_ms"]) for r in runs), 2),  # type: ignore[arg-type]
             "cpu_us_per_msg": {name: round(statistics.mean(v), 1) for name, v in cpu.items()}}
 
 
@@ -75,7 +75,7 @@ def bench_grpc(
     messages: Annotated[int, typer.Option(help="Messages per path and round.", min=1)] = 5_000,
     inflight: Annotated[int, typer.Option(help="Sends in flight.", min=1)] = 32,
     rounds: Annotated[int, typer.Option(help="Rounds; each runs both paths.", min=1)] = 3,
-    proxy: Annotated[str | None, typer.Option(help="The proxy (a [[proxies]] name with grpc_listen).")] = None,
+    proxy: Annotated[str | None, typer.Option(help=help_text("The proxy (a [[proxies]] name with grpc_listen)."))] = None,
     as_json: JsonOutput = False,
 ) -> None:
     """The RocketMQ 5 client (gRPC, POP) against our 4.x remoting client, both through the
@@ -99,7 +99,7 @@ def bench_grpc(
             paths[f"{path}_send"].append(run)
             if not as_json:
                 typer.echo(f"round {r + 1} {path:<8} send: {run['msgs_per_s']:>6,} msgs/s, "
-                           f"p50 {run['p50_ms']} ms, p99 {run['p99_ms']} ms", err=True)
+                           f"p50 {float(run['p50_ms']):.2f} ms, p99 {float(run['p99_ms']):.2f} ms", err=True)
         run = run_workers("consume", {"endpoints": endpoints, "topic": topic, "group": f"{topic}-bench",
                                       "messages": 2 * messages}, 1, config, module="mqctl.bench.rmq5_worker", env=env)
         paths["grpc_receive_ack"].append(run)
@@ -114,5 +114,5 @@ def bench_grpc(
         part = result[path]
         assert isinstance(part, dict)
         cpu = ", ".join(f"{node} {us} us" for node, us in part["cpu_us_per_msg"].items())
-        typer.echo(f"{path:<17} {part['msgs_per_s']:>7,} msgs/s (median), p50 {part['p50_ms']} ms, "
-                   f"p99 {part['p99_ms']} ms; CPU per message: {cpu}")
+        typer.echo(f"{path:<17} {part['msgs_per_s']:>7,} msgs/s (median), p50 {part['p50_ms']:.2f} ms, "
+                   f"p99 {part['p99_ms']:.2f} ms; CPU per message: {cpu}")

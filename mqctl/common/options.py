@@ -6,13 +6,21 @@ import datetime as dt
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from mqctl.common.errors import CliError
 
+
+def help_text(text: str) -> str:
+    """Help as written: rich, which draws typer's help, would read ``[proxies]`` in a TOML table
+    name ``[[proxies]]`` as markup and drop it."""
+    return escape(text)
+
+
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line).")]
 ViaProxy = Annotated[str | None, typer.Option(
-    "--proxy", help="Go through this proxy (a [[proxies]] name of the config, or host:port) instead of "
-                    "the name servers.")]
+    "--proxy", help=help_text("Go through this proxy (a [[proxies]] name of the config, or host:port) instead "
+                              "of the name servers."))]
 LatencyFault = Annotated[bool, typer.Option("--latency-fault/--no-latency-fault",
                                             help="Leave slow or failing brokers out for a while "
                                                  "(RocketMQ's sendLatencyFaultEnable).")]

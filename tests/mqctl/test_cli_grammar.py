@@ -90,3 +90,22 @@ def readme_commands() -> set[str]:
 
 def test_readme_lists_exactly_the_commands_mqctl_has():
     assert readme_commands() == set(leaf_commands())
+
+
+def test_help_shows_toml_tables_and_brackets_as_written():
+    """Rich reads ``[proxies]`` in ``[[proxies]]`` as markup and drops it: every bracketed word
+    of every option's help must reach the screen."""
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    checked = 0
+    for words, command in leaf_commands().items():
+        helps = [getattr(p, "help", None) or "" for p in command.params]  # type: ignore[attr-defined]
+        wanted = {t for h in helps for t in re.findall(r"\S*\[\S*", h.replace("\\[", "["))}
+        if not wanted:
+            continue
+        shown = runner.invoke(app, [*words.split(), "--help"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"}).output
+        missing = [t for t in wanted if t.strip(".,;:()") not in shown]
+        assert not missing, f"mqctl {words} --help lost {missing}"
+        checked += 1
+    assert checked >= 3  # --proxy of send, tail and bench grpc at least
