@@ -28,7 +28,6 @@ from core.remoting.command import RemotingCommand, encode_frame
 from core.topic_names import topic_problem
 from formats.batch import BatchItem, encode_batch
 from formats.compression import compress
-from formats.properties import encode_properties
 from formats.sysflag import COMPRESSED, COMPRESSION_TYPE_SHIFT, CompressionType
 from mqctl.main import app
 from tests.conftest import child_env, running_cluster
@@ -74,11 +73,17 @@ def peak_rss_mib(pid: int) -> float:
     raise AssertionError("no VmHWM")
 
 
+def raw_properties(properties: dict[str, str]) -> str:
+    """The properties string as a raw client may write it: separators inside a value too (our
+    encoder refuses those; a hostile client has no encoder)."""
+    return "".join(f"{name}\x01{value}\x02" for name, value in properties.items())
+
+
 def send(topic: str, properties: dict[str, str], body: bytes = b"x", *, code: int = RequestCode.SEND_MESSAGE,
          sysflag: int = 0, queue_id: int = 0) -> RemotingCommand:
     fields = {"producerGroup": "hostile", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
               "queueId": str(queue_id), "sysFlag": str(sysflag), "bornTimestamp": str(int(time.time() * 1000)),
-              "flag": "0", "properties": encode_properties(properties), "reconsumeTimes": "0",
+              "flag": "0", "properties": raw_properties(properties), "reconsumeTimes": "0",
               "unitMode": "false", "batch": "false"}
     if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         short = {long: short for short, long in V2_NAMES.items()}

@@ -75,7 +75,8 @@ def bodies(draw) -> bytes:
         return json_body(draw)
     if kind == "batch":
         items = draw(st.lists(st.builds(BatchItem, body=st.binary(max_size=20), properties=st.dictionaries(
-            st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "DELAY", "TRAN_MSG"]), st.text(max_size=8), max_size=3)),
+            st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "DELAY", "TRAN_MSG"]),
+            st.text(st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=8), max_size=3)),  # then mutated
             max_size=3))
         data = bytearray(encode_batch(items))
         for _ in range(draw(st.integers(0, 3))):

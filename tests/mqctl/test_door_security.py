@@ -367,3 +367,47 @@ def test_telemetry_streams_per_client_and_their_waiting_commands_are_bounded(bou
 def grpc_status(name: str):
     import grpc
     return getattr(grpc.StatusCode, name)
+
+
+def test_every_rpc_that_names_a_topic_or_group_is_refused_without_its_permission(secure):
+    """The gRPC door's own walk of its request table (the service in our .proto): each RPC sent
+    naming a topic or group the account may not use is refused FORBIDDEN; the one that names
+    neither (NotifyClientTermination names only the client, its own) is held to its owner."""
+    handle = "0 1 60000 0 0 broker-a 0 0 0"  # well formed; checked only after the permissions
+    secret, group = pb.Resource(name="Secret"), pb.Resource(name="readers")
+    queue = pb.MessageQueue(topic=secret, id=-1, broker=pb.Broker(name="broker-a"))
+    endpoints = pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)])
+    unary = {
+        "QueryRoute": (pb.QueryRouteRequest(topic=secret, endpoints=endpoints), pb.QueryRouteResponse),
+        "Heartbeat": (pb.HeartbeatRequest(group=pb.Resource(name="writers"), client_type=pb.SIMPLE_CONSUMER),
+                      pb.HeartbeatResponse),
+        "SendMessage": (send_request("Secret", "ID-walk"), pb.SendMessageResponse),
+        "QueryAssignment": (pb.QueryAssignmentRequest(topic=secret, group=group, endpoints=endpoints),
+                            pb.QueryAssignmentResponse),
+        "AckMessage": (pb.AckMessageRequest(group=group, topic=secret, entries=[pb.AckMessageEntry(
+            message_id="m", receipt_handle=handle)]), pb.AckMessageResponse),
+        "ForwardMessageToDeadLetterQueue": (pb.ForwardMessageToDeadLetterQueueRequest(
+            group=group, topic=secret, receipt_handle=handle, message_id="m"), pb.ForwardMessageToDeadLetterQueueResponse),
+        "EndTransaction": (pb.EndTransactionRequest(topic=secret, message_id="m", transaction_id="t",
+                                                    resolution=pb.COMMIT), pb.EndTransactionResponse),
+        "ChangeInvisibleDuration": (pb.ChangeInvisibleDurationRequest(
+            group=group, topic=secret, receipt_handle=handle, invisible_duration={"seconds": 30}),
+            pb.ChangeInvisibleDurationResponse),
+    }
+    streams = {"ReceiveMessage", "Telemetry"}
+    owner_only = {"NotifyClientTermination"}
+    served = {m.name for m in pb.DESCRIPTOR.services_by_name["MessagingService"].methods}
+    assert served == set(unary) | streams | owner_only, "an RPC of the service has no row in this walk"
+    with RawGrpc(secure.grpc[0]) as door:
+        for name, (request, answer_type) in unary.items():
+            answer = door.unary(name, request, answer_type, "walker-1", READER_ACCOUNT)
+            assert answer.status.code == pb.FORBIDDEN and "permission" in answer.status.message, (name, answer.status)
+        frames = list(door.receive_future(pb.ReceiveMessageRequest(
+            group=group, message_queue=queue, invisible_duration={"seconds": 30}), "walker-1", READER_ACCOUNT))
+        assert frames[0].status.code == pb.FORBIDDEN, frames[0]
+        stream, refused = open_producer(door, "walker-1", READER_ACCOUNT, "Secret")
+        stream.close()
+        assert refused.status.code == pb.FORBIDDEN, refused.status
+        mine = door.unary("NotifyClientTermination", pb.NotifyClientTerminationRequest(),
+                          pb.NotifyClientTerminationResponse, "walker-1", READER_ACCOUNT)
+        assert mine.status.code == pb.OK  # its own id (another account's: test_a_client_id_in_use_...)
