@@ -41,8 +41,6 @@ class AclFileError(Exception):
     """An entry of the file is not what RocketMQ's format allows."""
 
 
-
-
 def load_acl(path: Path) -> AclPolicy:
     try:
         doc = yaml.safe_load(path.read_text())

@@ -1,12 +1,11 @@
-"""Held pulls: a PULL that finds nothing waits here until a record for its queue is
+"""Held requests: a PULL that finds nothing waits here until a record for its queue is
 dispatched or its deadline passes (RocketMQ's PullRequestHoldService); so do POPs and
-NOTIFICATIONs that poll. Each held request counts against its connection
-(``broker.held_pulls_per_connection_max``) and the node (:data:`PARKED_MAX`)."""
+NOTIFICATIONs that poll. Each waiting request holds a :class:`HeldSlot`, counted against its
+connection (``broker.held_pulls_per_connection_max``) and the node (:data:`PARKED_MAX`)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import trio
 
@@ -18,19 +17,11 @@ ANY_QUEUE = -1  # a waiter for every queue of a topic (a POP of all its queues)
 HELD_REQUESTS = "held_requests"  # the connection attribute counting its requests held now
 
 
-class HeldCount:
+class _HeldCount:
     __slots__ = ("count",)
 
     def __init__(self) -> None:
         self.count = 0
-
-
-def held_count(attributes: dict[str, object]) -> HeldCount:
-    """The count of held requests kept in a connection's attributes."""
-    held = attributes.get(HELD_REQUESTS)
-    if not isinstance(held, HeldCount):
-        held = attributes[HELD_REQUESTS] = HeldCount()
-    return held
 
 
 class PullHold:
@@ -47,24 +38,13 @@ class PullHold:
             event = self._waiting[key] = trio.Event()
         return event
 
-    def full(self, held: HeldCount, per_connection_max: int) -> str | None:
-        """Why one more request of a connection with ``held`` may not wait, or ``None``."""
-        if held.count >= per_connection_max:
-            return f"{held.count} requests of this connection are held, its limit (broker.held_pulls_per_connection_max)"
-        if self.parked >= self.parked_max:
-            return f"{self.parked} requests are held on this broker, its limit"
-        return None
-
-    @contextlib.contextmanager
-    def holding(self, held: HeldCount) -> Iterator[None]:
-        """Count a request against its connection and the node while it waits."""
-        held.count += 1
-        self.parked += 1
-        try:
-            yield
-        finally:
-            held.count -= 1
-            self.parked -= 1
+    def slot(self, attributes: dict[str, object], per_connection_max: int) -> HeldSlot:
+        """A place for one request of the connection with ``attributes``, taken when it first
+        waits (use it as a context manager: the place is given back when the request ends)."""
+        held = attributes.get(HELD_REQUESTS)
+        if not isinstance(held, _HeldCount):
+            held = attributes[HELD_REQUESTS] = _HeldCount()
+        return HeldSlot(self, held, per_connection_max)
 
     def wake(self, keys: Iterable[tuple[str, int]]) -> None:
         for topic, queue_id in keys:
@@ -77,3 +57,36 @@ class PullHold:
     def mq_records_dispatched(self, store_dir: object, requests: DispatchBatch) -> None:
         if self._waiting:
             self.wake(requests.queues)
+
+
+class HeldSlot:
+    """One request's place among the held ones. :meth:`take` before its first wait (an answer
+    found at once takes none); checked and counted in one step, so requests of a connection
+    started together are bounded as they run."""
+
+    def __init__(self, hold: PullHold, held: _HeldCount, per_connection_max: int) -> None:
+        self._hold, self._held, self._max = hold, held, per_connection_max
+        self._taken = False
+
+    def take(self) -> str | None:
+        """Count the request as held; why it may not wait (the limit it met), or ``None``."""
+        if self._taken:
+            return None
+        if self._held.count >= self._max:
+            return (f"{self._held.count} requests of this connection are held, its limit "
+                    "(broker.held_pulls_per_connection_max)")
+        if self._hold.parked >= self._hold.parked_max:
+            return f"{self._hold.parked} requests are held on this broker, its limit"
+        self._held.count += 1
+        self._hold.parked += 1
+        self._taken = True
+        return None
+
+    def __enter__(self) -> HeldSlot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._taken:
+            self._held.count -= 1
+            self._hold.parked -= 1
+            self._taken = False

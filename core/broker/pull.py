@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
 from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
 from core.broker.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
-from core.broker.long_polling import HeldCount, held_count
 from core.config import MASTER_ID
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
@@ -48,21 +47,6 @@ class PullOutcome:
 FILTER_SCAN_ENTRIES_MAX = 1024
 
 
-class HeldPull:
-    """A held pull, counted against its connection from the moment it is handed back (the
-    connection may start many before the first runs) until it answers or is cancelled."""
-
-    def __init__(self, held: HeldCount, pull: Coroutine[Any, Any, RemotingCommand]) -> None:
-        self._held, self._pull = held, pull
-        held.count += 1
-
-    def __await__(self) -> Generator[Any, Any, RemotingCommand]:
-        try:
-            return (yield from self._pull.__await__())
-        finally:
-            self._held.count -= 1
-
-
 def handle_pull(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
     try:
         header = PullHeader.of(request)
@@ -83,15 +67,8 @@ def handle_pull(broker: Broker, request: RemotingCommand, conn: Connection) -> R
     except FilterRefused as exc:
         return request.reply(exc.code, exc.remark)
     outcome = pull_once(broker, header, message_filter)
-    if outcome.code == ResponseCode.PULL_NOT_FOUND and header.sysflag & PULL_SUSPEND \
-            and broker.hold.parked < broker.hold.parked_max:
-        held = held_count(conn.attributes)
-        if held.count >= broker.settings.held_pulls_per_connection_max:
-            # not PULL_NOT_FOUND, which clients answer with another pull at once: a busy answer
-            # makes them wait before pulling again
-            return request.reply(ResponseCode.SYSTEM_BUSY, f"[REJECTREQUEST]system busy: {held.count} pulls of "
-                                 f"this connection held (broker.held_pulls_per_connection_max)")
-        return HeldPull(held, _held(broker, request, header, message_filter))
+    if outcome.code == ResponseCode.PULL_NOT_FOUND and header.sysflag & PULL_SUSPEND:
+        return _held(broker, request, conn, header, message_filter)
     return outcome.response(request)
 
 
@@ -167,20 +144,21 @@ def selected_by(selector: Selector, record: bytes) -> bool:
         return False  # a record the store cannot read back is skipped like one that does not match
 
 
-async def _held(broker: Broker, request: RemotingCommand, header: PullHeader,
+async def _held(broker: Broker, request: RemotingCommand, conn: Connection, header: PullHeader,
                 message_filter: MessageFilter) -> RemotingCommand:
     settings = broker.settings
     wait_ms = min(header.suspend_timeout_ms, settings.long_poll_suspend_max_ms) if settings.long_polling \
         else settings.short_polling_ms
     deadline = trio.current_time() + max(0, wait_ms) / 1000
-    broker.hold.parked += 1
-    try:
+    with broker.hold.slot(conn.attributes, settings.held_pulls_per_connection_max) as slot:
         while True:
             arrival = broker.hold.waiter(header.topic, header.queue_id)
             outcome = pull_once(broker, header, message_filter)  # again, now that the waiter is registered
             if outcome.code != ResponseCode.PULL_NOT_FOUND or trio.current_time() >= deadline:
                 return outcome.response(request)
+            if (full := slot.take()) is not None:
+                # not PULL_NOT_FOUND, which clients answer with another pull at once: a busy
+                # answer makes them wait before pulling again
+                return request.reply(ResponseCode.SYSTEM_BUSY, f"[REJECTREQUEST]system busy: {full}")
             with trio.move_on_at(deadline):
                 await arrival.wait()
-    finally:
-        broker.hold.parked -= 1

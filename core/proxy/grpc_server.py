@@ -22,8 +22,9 @@ dropped); every per-RPC counter is kept on the trio side.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import grpc
@@ -72,6 +73,15 @@ class GrpcDoor:
         return pb.Status(code=pb.TOO_MANY_REQUESTS, message=f"the proxy has {self.calls} calls in progress, its "
                          "limit (proxy.grpc_calls_max); try again later")
 
+    @contextlib.contextmanager
+    def _in_progress(self) -> Iterator[None]:
+        """Count a call among those in progress while it runs."""
+        self.calls += 1
+        try:
+            yield
+        finally:
+            self.calls -= 1
+
     def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         return caller_of(metadata, _peer_host(context), self.service.acl.policy if self.service.acl else None)
@@ -88,11 +98,8 @@ class GrpcDoor:
                 return refuse(pb.Status(code=exc.code, message=exc.message))
             if (busy := self._busy()) is not None:
                 return refuse(busy)
-            self.calls += 1
-            try:
+            with self._in_progress():
                 return await self.portal.call(self.service.serve, name, method, request, caller, refuse)
-            finally:
-                self.calls -= 1
         return grpc.unary_unary_rpc_method_handler(handle, request_deserializer=request_type.FromString,
                                                    response_serializer=response_type.SerializeToString)
 
@@ -107,12 +114,9 @@ class GrpcDoor:
             if (busy := self._busy()) is not None:
                 yield pb.ReceiveMessageResponse(status=busy)
                 return
-            self.calls += 1
-            try:
+            with self._in_progress():
                 frames = await self.portal.call(self.service.serve, "ReceiveMessage", self.service.receive_message,
                                                 request, caller, _receive_refused)
-            finally:
-                self.calls -= 1
             for frame in frames:
                 yield frame
         return grpc.unary_stream_rpc_method_handler(handle, request_deserializer=pb.ReceiveMessageRequest.FromString,
@@ -130,15 +134,15 @@ class GrpcDoor:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, busy.message)
                 return
             loop = asyncio.get_running_loop()
-            outbox: asyncio.Queue[pb.TelemetryCommand] = asyncio.Queue(self.service.settings.telemetry_outbox_max)
-            ended = asyncio.Event()
+            outbox: asyncio.Queue[pb.TelemetryCommand | None] = asyncio.Queue()  # None: the client ended
+            outbox_max = self.service.settings.telemetry_outbox_max
 
             def offer(command: pb.TelemetryCommand) -> None:
-                try:
-                    outbox.put_nowait(command)
-                except asyncio.QueueFull:  # the client does not read: the newest goes, counted
+                if outbox.qsize() >= outbox_max:  # the client does not read: the newest goes, counted
                     self.telemetry_dropped += 1
                     log.warning("telemetry of %s: %d commands unread, one dropped", caller.client_id, outbox.qsize())
+                else:
+                    outbox.put_nowait(command)
 
             def push(command: pb.TelemetryCommand) -> None:  # from trio
                 loop.call_soon_threadsafe(offer, command)
@@ -156,7 +160,7 @@ class GrpcDoor:
                                 raise
                         # thread stack traces and verify results: RocketMQ's admin tools ask for them; not relayed
                 finally:
-                    ended.set()
+                    outbox.put_nowait(None)
 
             try:
                 await self.portal.call(self.service.attach_stream, caller, push)
@@ -164,24 +168,12 @@ class GrpcDoor:
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED if exc.code == pb.FORBIDDEN
                                     else grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message)
                 return
-            self.calls += 1
             reader = asyncio.ensure_future(read())
             try:
-                while True:
-                    if outbox.empty():
-                        waiting = asyncio.ensure_future(outbox.get())
-                        stop = asyncio.ensure_future(ended.wait())
-                        await asyncio.wait((waiting, stop), return_when=asyncio.FIRST_COMPLETED)
-                        stop.cancel()
-                        if not waiting.done():
-                            waiting.cancel()
-                            break
-                        command = waiting.result()
-                    else:
-                        command = outbox.get_nowait()
-                    yield command
+                with self._in_progress():
+                    while (command := await outbox.get()) is not None:
+                        yield command
             finally:
-                self.calls -= 1
                 reader.cancel()
                 self.portal.post(self.service.detach_stream, caller, push)
         return grpc.stream_stream_rpc_method_handler(handle, request_deserializer=pb.TelemetryCommand.FromString,

@@ -22,7 +22,6 @@ from core.remoting.server import serve_remoting
 log = logging.getLogger(__name__)
 
 
-
 async def serve_proxy(
     node: ProxyNode, config: Config, plugins: PluginHost, *,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,

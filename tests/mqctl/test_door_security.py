@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Iterator
 
+import grpc
 import pytest
 import trio
 
@@ -21,6 +22,8 @@ from formats.record import decode_records
 from formats.rocketmq_v2 import messaging_pb2 as pb
 from tests.conftest import Cluster, child_env, running_cluster
 from tests.interop.grpc_raw import RawGrpc, settings_publishing
+from tests.interop.test_proxy_failover import wait_for
+from tests.mqctl.test_acl_cluster import max_offset
 
 ACL_FILE = """\
 accounts:
@@ -64,11 +67,6 @@ def addresses(cluster: Cluster) -> tuple[str, str]:
     broker = next(r["address"] for r in status if r.get("role") == "master")
     host, port = cluster.proxies[0].rsplit(":", 1)
     return broker, f"{host}:{int(port) + 1}"
-
-
-def max_offset(cluster: Cluster) -> int:
-    rows = [json.loads(line) for line in cluster.mqctl("status", "--json").stdout.splitlines()]
-    return next(r["max_offset"] for r in rows if r["role"] == "master")
 
 
 def signed(request: RemotingCommand, creds: Credentials) -> RemotingCommand:
@@ -268,13 +266,6 @@ def proxy_table(cluster: Cluster) -> dict[str, str]:
     return trio.run(ask)
 
 
-def wait_until(predicate, deadline_s: float, what: str) -> None:
-    end = time.monotonic() + deadline_s
-    while not predicate():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def receive(group: str = "quiet-readers", poll_s: int = 4) -> pb.ReceiveMessageRequest:
     return pb.ReceiveMessageRequest(
         group=pb.Resource(name=group), batch_size=1, invisible_duration={"seconds": 30},
@@ -317,7 +308,7 @@ def test_grpc_calls_in_progress_and_clients_per_address_are_bounded(bounded):
             # four long-polling receives (two clients, two each: each client's upstream connection
             # may hold two): the proxy's limit of calls in progress
             waiting = [door.receive_future(receive(), f"poller-{i % 2}") for i in range(4)]
-            wait_until(lambda: proxy_table(bounded).get("grpcCallsNow") == "4", 10, "four calls in progress")
+            wait_for(lambda: proxy_table(bounded).get("grpcCallsNow") == "4", 10, "four calls in progress")
             route = pb.QueryRouteRequest(topic=pb.Resource(name="Quiet"), endpoints=pb.Endpoints(
                 scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)]))
             busy = door.unary("QueryRoute", route, pb.QueryRouteResponse, "poller-0")
@@ -335,7 +326,7 @@ def test_grpc_calls_in_progress_and_clients_per_address_are_bounded(bounded):
             assert codes == sorted([pb.TOO_MANY_REQUESTS, pb.MESSAGE_NOT_FOUND, pb.MESSAGE_NOT_FOUND]), codes
         finally:
             terminate(door, "poller-0", "poller-1", "third")
-        wait_until(lambda: proxy_table(bounded).get("grpcClients") == "0", 10, "the clients gone")
+        wait_for(lambda: proxy_table(bounded).get("grpcClients") == "0", 10, "the clients gone")
 
 
 def test_telemetry_streams_per_client_and_their_waiting_commands_are_bounded(bounded):
@@ -347,7 +338,7 @@ def test_telemetry_streams_per_client_and_their_waiting_commands_are_bounded(bou
         second = door.telemetry("streamer")
         second.start_reading()
         refused = second.next(10)
-        assert getattr(refused, "code", lambda: None)() == grpc_status("RESOURCE_EXHAUSTED"), refused
+        assert isinstance(refused, grpc.RpcError) and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused
         first.close()
         second.close()
 
@@ -358,15 +349,10 @@ def test_telemetry_streams_per_client_and_their_waiting_commands_are_bounded(bou
         dropped_before = int(proxy_table(bounded).get("grpcTelemetryDropped", "0"))
         for _ in range(200):
             silent.send(big)
-        wait_until(lambda: int(proxy_table(bounded).get("grpcTelemetryDropped", "0")) > dropped_before, 20,
+        wait_for(lambda: int(proxy_table(bounded).get("grpcTelemetryDropped", "0")) > dropped_before, 20,
                    "telemetry answers dropped")
         silent.close()
         terminate(door, "streamer", "silent")
-
-
-def grpc_status(name: str):
-    import grpc
-    return getattr(grpc.StatusCode, name)
 
 
 def test_every_rpc_that_names_a_topic_or_group_is_refused_without_its_permission(secure):

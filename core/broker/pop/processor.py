@@ -19,7 +19,6 @@ un-acked is handed out once more with its count raised (``orderCountInfo``).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ import trio
 
 from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
 from core.broker.headers import HeaderFieldError
-from core.broker.long_polling import ANY_QUEUE, held_count
+from core.broker.long_polling import ANY_QUEUE, HeldSlot
 from core.broker.pop.headers import INIT_MAX, POLL_TIME_MAX_MS, POP_MESSAGES_MAX, PopHeader
 from core.broker.pop.order import Turn
 from core.broker.pop.revive import REVIVE_QUEUES, checkpoint_record, now_ms, write_revive_records
@@ -82,38 +81,15 @@ def handle_pop(broker: Broker, request: RemotingCommand, conn: Connection) -> Re
     return _pop(broker, request, conn, header, message_filter, queues)
 
 
-class _Hold:
-    """A polling request's place among the broker's held requests: taken at its first wait (an
-    answer found at once takes none), given back when it answers."""
-
-    def __init__(self, broker: Broker, conn: Connection) -> None:
-        self._broker, self._conn = broker, conn
-        self._stack = contextlib.ExitStack()
-        self._taken = False
-
-    def take(self) -> str | None:
-        """Count the request as held; why it may not be (POLLING_FULL), or ``None``."""
-        if self._taken:
-            return None
-        held = held_count(self._conn.attributes)
-        why = self._broker.hold.full(held, self._broker.settings.held_pulls_per_connection_max)
-        if why is None:
-            self._stack.enter_context(self._broker.hold.holding(held))
-            self._taken = True
-        return why
-
-    def __enter__(self) -> _Hold:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
+def _slot(broker: Broker, conn: Connection) -> HeldSlot:
+    return broker.hold.slot(conn.attributes, broker.settings.held_pulls_per_connection_max)
 
 
 async def _pop(broker: Broker, request: RemotingCommand, conn: Connection, header: PopHeader,
                message_filter: MessageFilter, queues: list[int]) -> RemotingCommand:
     poll_s = min(max(header.poll_time_ms, 0), POLL_TIME_MAX_MS) / 1000
     deadline = trio.current_time() + poll_s
-    with _Hold(broker, conn) as hold:
+    with _slot(broker, conn) as slot:
         while True:
             arrival = broker.hold.waiter(header.topic, header.queue_id if header.queue_id >= 0 else ANY_QUEUE)
             popped = pop_once(broker, header, message_filter, queues)
@@ -121,7 +97,7 @@ async def _pop(broker: Broker, request: RemotingCommand, conn: Connection, heade
                 return await _answer(broker, request, header, popped)
             if trio.current_time() >= deadline:
                 return request.reply(ResponseCode.POLLING_TIMEOUT, "no new message")
-            if (full := hold.take()) is not None:
+            if (full := slot.take()) is not None:
                 return request.reply(ResponseCode.POLLING_FULL, full)
             with trio.move_on_at(deadline):
                 await arrival.wait()
@@ -300,14 +276,14 @@ async def _notify(broker: Broker, request: RemotingCommand, conn: Connection, he
                   queues: list[int]) -> RemotingCommand:
     deadline = trio.current_time() + min(max(header.poll_time_ms, 0), POLL_TIME_MAX_MS) / 1000
     retry = retry_topic(header.group, header.topic, RETRY_V1)
-    with _Hold(broker, conn) as hold:
+    with _slot(broker, conn) as slot:
         while True:
             arrival = broker.hold.waiter(header.topic, header.queue_id if header.queue_id >= 0 else ANY_QUEUE)
             sources = [(header.topic, q) for q in queues] + ([(retry, 0)] if broker.topics.get(retry) else [])
             has = any(_start(broker, header, t, q) < broker.store.max_queue_offset(t, q) for t, q in sources)
-            full = None if has or trio.current_time() >= deadline else hold.take()
-            if has or trio.current_time() >= deadline or full is not None:
-                return request.reply(ResponseCode.SUCCESS, full, ext_fields={
-                    "hasMsg": str(has).lower(), "pollingFull": str(full is not None).lower()})
+            if has or trio.current_time() >= deadline:
+                return request.reply(ResponseCode.SUCCESS, ext_fields={"hasMsg": str(has).lower(), "pollingFull": "false"})
+            if (full := slot.take()) is not None:
+                return request.reply(ResponseCode.SUCCESS, full, ext_fields={"hasMsg": "false", "pollingFull": "true"})
             with trio.move_on_at(deadline):
                 await arrival.wait()
