@@ -4,7 +4,8 @@
         +--- INCONSISTENT_STATE (the follower lacks, or differs at, compare_index)
         v   |
   --> COMPARE --same entry--> TRUNCATE --ok--> APPEND (+ COMMIT pushes when idle)
-        ^                                        |
+        ^   |                                    ^ |
+        |   +-- below our first entry --> INSTALL -+ +-- behind our first entry --> INSTALL
         +------------ INCONSISTENT_STATE --------+
 ```
 COMPARE walks back from the leader's last entry (jumping to the follower's end when that is
@@ -16,6 +17,11 @@ than ``throttle_point_bytes`` behind, pushes to it are held to ``quota_bytes_per
 push carries the commit index; with nothing to append, a COMMIT push goes out when the commit
 index moved or ``commit_interval_s`` passed. COMPARE and TRUNCATE carry a sequence number the
 answer echoes, so a late answer to an earlier one cannot move the walk.
+
+When the follower needs entries retention deleted here (the walk goes below our first entry,
+or the follower falls behind it while we append), an INSTALL tells it to drop its log and
+continue from our first retained entry, carrying the first run; APPEND goes on from there. So
+a lagging follower receives the retained data files as they lie, entry runs byte for byte.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from replication.dledger.raft_log import RaftLog, body_bytes
 class DispatchState(enum.Enum):
     COMPARE = "COMPARE"
     TRUNCATE = "TRUNCATE"
+    INSTALL = "INSTALL"
     APPEND = "APPEND"
 
 
@@ -72,6 +79,8 @@ class EntryDispatcher:
 
     def pushes(self, log: RaftLog, commit_index: int, now: float) -> list[PushEntry]:
         """What to send to the follower now."""
+        if self.state is DispatchState.APPEND and self.write_index < log.first_index:
+            self._to_install()  # it needs entries retention deleted here
         if self.state is not DispatchState.APPEND:
             if self._request_out_at is not None and now < self._request_out_at + self.limits.push_timeout_s:
                 return []
@@ -99,8 +108,21 @@ class EntryDispatcher:
             out.append(PushEntry(self.term, self.leader, PushKind.COMMIT, -1, (), commit_index))
         return out
 
+    def _to_install(self) -> None:
+        self.state = DispatchState.INSTALL
+        self.pending.clear()
+        self._request_out_at = None
+
     def _compare_or_truncate(self, log: RaftLog, commit_index: int) -> PushEntry:
         self._seq += 1
+        if self.state is DispatchState.COMPARE and self.compare_index < log.first_index and log.first_index > 0:
+            self.state = DispatchState.INSTALL  # what we would compare at is gone
+        if self.state is DispatchState.INSTALL:
+            first = log.first_index
+            prev_term = log.term_at(first - 1)
+            run = log.entries(first, self.limits.batch_count, self.limits.batch_bytes)
+            return PushEntry(self.term, self.leader, PushKind.INSTALL, first, run, commit_index, self._seq,
+                             -1 if prev_term is None else prev_term, commit_index)
         if self.state is DispatchState.TRUNCATE:
             return PushEntry(self.term, self.leader, PushKind.TRUNCATE, self.compare_index, (), commit_index,
                              self._seq)
@@ -156,12 +178,14 @@ class EntryDispatcher:
         if resp.kind is PushKind.TRUNCATE and self.state is DispatchState.TRUNCATE and resp.index == self.compare_index:
             self._request_out_at = None
             if resp.code is Code.SUCCESS:  # the follower kept up to its end (at least compare_index)
-                self.state = DispatchState.APPEND
-                self.watermark = max(self.compare_index, resp.end_index)
-                self.write_index = self.watermark + 1
-                self.pending.clear()
-                return self.watermark
+                return self._to_append(max(self.compare_index, resp.end_index))
             self._back_to_compare(log)
+            return None
+        if resp.kind is PushKind.INSTALL and self.state is DispatchState.INSTALL:
+            self._request_out_at = None
+            if resp.code is Code.SUCCESS:  # the follower holds our entries from our first to its end
+                return self._to_append(resp.end_index)
+            self._back_to_compare(log)  # it holds committed entries after all: find them
             return None
         if self.state is not DispatchState.APPEND:
             return None
@@ -177,6 +201,13 @@ class EntryDispatcher:
             if resp.code is Code.INCONSISTENT_STATE:
                 self._back_to_compare(log)
         return None
+
+    def _to_append(self, watermark: int) -> int:
+        self.state = DispatchState.APPEND
+        self.watermark = watermark
+        self.write_index = watermark + 1
+        self.pending.clear()
+        return watermark
 
     def _back_to_compare(self, log: RaftLog) -> None:
         self.state = DispatchState.COMPARE

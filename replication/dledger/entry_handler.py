@@ -11,6 +11,11 @@ duplicate, or an old one overtaken on the way) is dropped unanswered: a stale TR
 cut entries this follower has since appended and acknowledged, entries the leader may already
 count as committed (the leader ignores answers to old sequence numbers anyway).
 
+An INSTALL (the leader no longer holds what this log would continue from) resets the log to
+continue from the leader's first retained entry and appends the run it carries, unless this
+follower holds a committed entry at or after it: then it agrees with the leader there, and the
+answer sends the leader back to COMPARE.
+
 The follower only commits entries it knows match the current leader's log (``matched_index``,
 established by a TRUNCATE in this term and extended by APPENDs): a stale tail from an older
 term is never marked committed because the leader's commit index has passed its length.
@@ -114,7 +119,18 @@ class EntryHandler:
             self._writes.clear()
             self.matched_index = keep
             return self._answer(req.kind, Code.SUCCESS, req.index, log, seq=req.seq)
+        if req.kind is PushKind.INSTALL:
+            return self._install(req, log, commit_index)
         return self._answer(req.kind, Code.SUCCESS, req.index, log)  # COMMIT: noted in offer
+
+    def _install(self, req: PushEntry, log: RaftLog, commit_index: int) -> PushResponse:
+        if min(commit_index, log.last_index) >= req.index:
+            return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log, seq=req.seq)
+        log.reset(req.index, req.prev_term, req.install_end)
+        log.append(req.entries)
+        self._writes.clear()
+        self.matched_index = log.last_index
+        return self._answer(req.kind, Code.SUCCESS, req.index, log, len(req.entries), seq=req.seq)
 
     def _append(self, req: PushEntry, log: RaftLog) -> PushResponse:
         if self.matched_index == NOT_MATCHED:
@@ -123,7 +139,7 @@ class EntryHandler:
         held = max(0, min(len(entries), log.last_index + 1 - req.index))  # those the log has already
         if req.index > log.last_index + 1:
             return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
-        for i in range(held):
+        for i in range(max(0, log.first_index - req.index), held):  # those before first_index: committed
             if log.term_at(req.index + i) != term_of(entries, i):  # not after this term's TRUNCATE
                 return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
         if held < len(entries):

@@ -1,8 +1,8 @@
 """What raft peers say to each other, as plain values (the wire codec is separate).
 
 Requests and responses follow DLedger's RPCs: VOTE, HEART_BEAT, PUSH (COMPARE, TRUNCATE,
-APPEND, COMMIT) and the leadership-transfer hand-over (TAKE_LEADERSHIP). Every message carries
-the sender's term; indexes are raft log indexes, dense from 0, -1 meaning "none".
+APPEND, COMMIT, and INSTALL of our own) and the leadership-transfer hand-over
+(TAKE_LEADERSHIP). Every message carries the sender's term; indexes are raft log indexes, dense from 0, -1 meaning "none".
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ class PushKind(enum.Enum):
     TRUNCATE = "TRUNCATE"  # drop everything after ``index``
     APPEND = "APPEND"  # append ``entries`` (consecutive, starting at ``index``)
     COMMIT = "COMMIT"  # only the commit index
+    # the leader no longer holds what the follower's log would continue from: drop your log and
+    # continue from ``index`` (the leader's first retained entry), ``entries`` its first run
+    INSTALL = "INSTALL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,9 @@ class PushEntry:
     index: int  # COMPARE/APPEND: the first entry's index; TRUNCATE: the last index kept
     entries: Sequence[Entry]  # a tuple, a list or PackedEntries
     commit_index: int
-    seq: int = 0  # echoed in the answer: a COMPARE or TRUNCATE answer counts only for its own request
+    seq: int = 0  # echoed in the answer: a COMPARE, TRUNCATE or INSTALL answer counts only for its own request
+    prev_term: int = -1  # INSTALL: the term of entry ``index - 1``
+    install_end: int = -1  # INSTALL: the leader's commit index (the member stands for election once it holds it)
 
 
 @dataclass(frozen=True, slots=True)

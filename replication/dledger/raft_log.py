@@ -174,17 +174,23 @@ def up_to_bytes(entries: Iterable[Entry], bytes_max: int) -> list[Entry]:
 
 
 class RaftLog(Protocol):
-    """What the core reads and changes; writes are visible at once and durable after sync."""
+    """What the core reads and changes; writes are visible at once and durable after sync.
+
+    Indexes are dense from 0; a log may begin later (``first_index``): the entries before it
+    were committed and deleted by retention (:meth:`compact`), or never held because the log
+    was installed from a leader's retained files (:meth:`reset`)."""
 
     @property
-    def first_index(self) -> int: ...  # -1 when empty
+    def first_index(self) -> int: ...  # the first entry held or to be held (0 unless compacted or installed)
     @property
-    def last_index(self) -> int: ...  # -1 when empty
+    def last_index(self) -> int: ...  # first_index - 1 when it holds no entry
     @property
-    def last_term(self) -> int: ...  # -1 when empty
+    def last_term(self) -> int: ...  # the term of last_index (-1 for a log that never held one)
+    @property
+    def install_end(self) -> int: ...  # the leader's commit index when the log was installed (-1: never)
 
     def term_at(self, index: int) -> int | None:
-        """The term of entry ``index``; None when the log does not hold it."""
+        """The term of entry ``index`` (also of ``first_index - 1``); None when unknown."""
 
     def entry(self, index: int) -> Entry | None: ...
 
@@ -195,81 +201,152 @@ class RaftLog(Protocol):
         """Append entries continuing the log (the first one's index is last_index + 1)."""
 
     def truncate_after(self, index: int) -> int:
-        """Drop every entry after ``index``; returns how many were dropped."""
+        """Drop every entry after ``index`` (at least ``first_index - 1``); returns how many."""
+
+    def reset(self, start: int, prev_term: int, install_end: int) -> None:
+        """Drop every entry: the log continues at ``start`` (entry ``start - 1`` was of
+        ``prev_term``), as the leader's retained log does. Durable after the next sync."""
 
 
 class MemoryLog:
     """An in-memory :class:`RaftLog` that remembers what was last synced."""
 
     def __init__(self, entries: list[Entry] | None = None) -> None:
+        self._start = 0  # the index of _entries[0]
+        self._prev_term = -1  # the term of entry _start - 1
+        self._install_end = -1
         self._entries: list[Entry] = list(entries or [])
-        self._durable: tuple[Entry, ...] = tuple(self._entries)  # what survives a crash
+        self._durable = _LogImage(0, -1, -1, tuple(self._entries))  # what survives a crash
         self.changed_from = 0  # the lowest index appended or cut since a checker last looked
 
     @property
     def first_index(self) -> int:
-        return 0 if self._entries else -1
+        return self._start
 
     @property
     def last_index(self) -> int:
-        return len(self._entries) - 1
+        return self._start + len(self._entries) - 1
 
     @property
     def last_term(self) -> int:
-        return self._entries[-1].term if self._entries else -1
+        return self._entries[-1].term if self._entries else self._prev_term
+
+    @property
+    def install_end(self) -> int:
+        return self._install_end
 
     @property
     def dirty(self) -> bool:
-        return len(self._durable) != len(self._entries) or (
-            bool(self._entries) and self._durable[-1] is not self._entries[-1])
+        d = self._durable
+        if (d.start, d.prev_term, d.install_end, len(d.entries)) != (self._start, self._prev_term,
+                                                                     self._install_end, len(self._entries)):
+            return True
+        return bool(self._entries) and d.entries[-1] is not self._entries[-1]
 
     def term_at(self, index: int) -> int | None:
-        return self._entries[index].term if 0 <= index < len(self._entries) else None
+        at = index - self._start
+        if 0 <= at < len(self._entries):
+            return self._entries[at].term
+        if at == -1 and index >= 0:
+            return self._prev_term
+        return None
 
     def entry(self, index: int) -> Entry | None:
-        return self._entries[index] if 0 <= index < len(self._entries) else None
+        at = index - self._start
+        return self._entries[at] if 0 <= at < len(self._entries) else None
 
     def entries(self, start: int, count_max: int, bytes_max: int) -> list[Entry]:
-        return up_to_bytes(self._entries[max(start, 0): max(start, 0) + count_max], bytes_max)
+        at = start - self._start
+        if at < 0:
+            return []
+        return up_to_bytes(self._entries[at: at + count_max], bytes_max)
 
     def append(self, entries: Sequence[Entry]) -> None:
         for e in entries:
-            if e.index != len(self._entries):
+            if e.index != self.last_index + 1:
                 raise ValueError(f"entry {e.index} does not continue a log ending at {self.last_index}")
             self._entries.append(e)
         if entries:
             self.changed_from = min(self.changed_from, entries[0].index)
 
     def truncate_after(self, index: int) -> int:
-        dropped = len(self._entries) - (index + 1)
+        if index < self._start - 1:
+            raise ValueError(f"cannot cut at {index}: entries before {self._start} were compacted")
+        dropped = self.last_index - index
         if dropped <= 0:
             return 0
-        del self._entries[index + 1:]
+        del self._entries[index + 1 - self._start:]
         self.changed_from = min(self.changed_from, index + 1)
         return dropped
 
-    def snapshot(self) -> tuple[Entry, ...]:
-        """The log as it is now: what a sync starting now makes durable."""
-        return tuple(self._entries)
+    def reset(self, start: int, prev_term: int, install_end: int) -> None:
+        self._start, self._prev_term, self._install_end = start, prev_term, install_end
+        self._entries = []
+        self.changed_from = min(self.changed_from, start)
 
-    def make_durable(self, snapshot: tuple[Entry, ...]) -> None:
-        """A sync that began at ``snapshot`` finished."""
-        self._durable = snapshot
+    def compact(self, upto: int) -> None:
+        """Delete entries through ``upto`` (committed and applied; on disk already): durable
+        at once, as retention deletes files only after recording the log's new start."""
+        if upto < self._start:
+            return
+        if upto > self._durable.last_index:
+            raise ValueError(f"cannot compact through {upto}: the disk holds entries up to {self._durable.last_index}")
+        self._prev_term = self.term_at(upto)  # type: ignore[assignment]
+        del self._entries[: upto + 1 - self._start]
+        self._start = upto + 1
+        self._durable = self._durable.compacted(upto)
+
+    def snapshot(self) -> _LogImage:
+        """The log as it is now: what a sync starting now makes durable."""
+        return _LogImage(self._start, self._prev_term, self._install_end, tuple(self._entries))
+
+    def make_durable(self, snapshot: _LogImage) -> None:
+        """A sync that began at ``snapshot`` finished (compactions since then stay)."""
+        durable = self._durable
+        self._durable = snapshot if snapshot.start >= durable.start else snapshot.compacted(durable.start - 1)
 
     def sync(self) -> int:
         """Make the log as it is now durable; returns its last index."""
         if self.dirty:
-            self._durable = tuple(self._entries)
+            self._durable = self.snapshot()
         return self.last_index
 
     def crash(self) -> None:
         """Back to the last synced state: unsynced appends and truncations are lost."""
-        self._entries = list(self._durable)
+        d = self._durable
+        self._start, self._prev_term, self._install_end, self._entries = d.start, d.prev_term, d.install_end, list(d.entries)
         self.changed_from = 0
 
     @property
-    def durable(self) -> tuple[Entry, ...]:
+    def durable(self) -> _LogImage:
         return self._durable
 
     def all(self) -> list[Entry]:
+        """The entries held, from ``first_index``."""
         return list(self._entries)
+
+
+@dataclass(frozen=True, slots=True)
+class _LogImage:
+    """A :class:`MemoryLog` as a sync saw it (or as the disk holds it)."""
+
+    start: int
+    prev_term: int
+    install_end: int
+    entries: tuple[Entry, ...]
+
+    @property
+    def last_index(self) -> int:
+        return self.start + len(self.entries) - 1
+
+    def entry(self, index: int) -> Entry | None:
+        at = index - self.start
+        return self.entries[at] if 0 <= at < len(self.entries) else None
+
+    def compacted(self, upto: int) -> _LogImage:
+        """This image with entries through ``upto`` deleted."""
+        if upto < self.start:
+            return self
+        keep = self.entries[upto + 1 - self.start:]
+        prev = self.entries[upto - self.start].term if upto <= self.last_index else self.prev_term
+        return _LogImage(upto + 1, prev, self.install_end, keep)

@@ -142,7 +142,12 @@ class RaftNode:
             self._check_transfer(now)
             self._advance_commit(now)  # times out appends waiting too long
         elif now >= self._election_at:
-            self._start_pre_vote(now)
+            if self.log.last_index < self.log.install_end:
+                # installed from a leader and not yet holding what it had committed then: this
+                # log could not win, so do not stand (votes for others are still answered)
+                self._election_at = now + self._follower_timeout()
+            else:
+                self._start_pre_vote(now)
         else:
             self._serve_pushes(now)
 

@@ -22,6 +22,7 @@ which the group must have a leader whose log holds every acknowledged append.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import heapq
 import itertools
 import random
@@ -30,9 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replication.dledger.dispatcher import PushLimits
-from replication.dledger.messages import Code, Message
-from replication.dledger.raft_log import Entry, MemoryLog
+from replication.dledger.messages import Code, Message, PushEntry, PushKind, PushResponse
+from replication.dledger.raft_log import Entry, MemoryLog, _LogImage
 from replication.dledger.raft_node import HardState, RaftNode, RaftSettings, Role
+from replication.dledger.retention import deletable_through
 
 
 class InvariantViolation(AssertionError):
@@ -54,6 +56,11 @@ class FaultPlan:
     partition_every_s: float = 0.0  # mean time between partitions (0: none)
     partition_max_s: float = 3.0
     disk_sync_max_s: float = 0.004
+    # retention: a node deletes its committed, synced prefix about this often (0: never),
+    # keeping at least retain_entries of it; lagging members then need an INSTALL
+    retain_every_s: float = 0.0
+    retain_entries: int = 0
+    install_crash_p: float = 0.0  # an INSTALL sent: the chance that its sender or receiver crashes soon after
 
     @classmethod
     def random(cls, rng: random.Random) -> FaultPlan:
@@ -66,6 +73,12 @@ class FaultPlan:
             partition_every_s=rng.choice((0.0, 2.0, 5.0)),
             disk_sync_max_s=rng.choice((0.001, 0.01, 0.05)),
         )
+
+    def with_retention(self, rng: random.Random) -> FaultPlan:
+        """This plan with retention drawn from ``rng`` (a stream of its own, so the plans and
+        schedules of seeds without retention stay what they were)."""
+        return dataclasses.replace(self, retain_every_s=rng.choice((0.0, 0.0, 0.2, 1.0)),
+                                   retain_entries=rng.choice((0, 3, 40)), install_crash_p=rng.choice((0.0, 0.5)))
 
 
 STALL_STEPS_MAX = 20_000
@@ -84,7 +97,7 @@ class SimConfig:
 @dataclass
 class _Sync:
     done_at: float
-    snapshot: tuple[Entry, ...]
+    snapshot: _LogImage
     hard: HardState
     commit_index: int
     messages: list[tuple[str, Message]]
@@ -126,7 +139,7 @@ class Invariants:
         log = node.log
         # log matching: an (index, term) pair pins the body and the term before it
         start = log.changed_from
-        for i in range(max(start, 0), log.last_index + 1):
+        for i in range(max(start, log.first_index), log.last_index + 1):
             e = log.entry(i)
             assert e is not None
             prev = log.term_at(i - 1) if i > 0 else -1
@@ -148,6 +161,10 @@ class Invariants:
         if raft.commit_index < node.checked_commit:
             self.fail(f"{node.id}'s commit index went back from {node.checked_commit} to {raft.commit_index}")
         for i in range(node.checked_commit + 1, raft.commit_index + 1):
+            if i < log.first_index:  # installed past it: the leader had committed and deleted it
+                if i not in self.committed:
+                    self.fail(f"{node.id} calls entry {i} committed, below its first entry, but no node committed it")
+                continue
             held = log.entry(i)
             if held is None:
                 self.fail(f"{node.id} calls entry {i} committed but does not hold it")
@@ -159,7 +176,7 @@ class Invariants:
 
     def _check_leader_complete(self, node: SimNode) -> None:
         for i, e in self.committed.items():
-            if node.log.entry(i) != e:
+            if i >= node.log.first_index and node.log.entry(i) != e:
                 self.fail(f"leader completeness: new leader {node.id} of term {node.term} lacks committed entry {i}")
 
     def check_ack(self, node: SimNode, index: int, body: bytes) -> None:
@@ -169,11 +186,36 @@ class Invariants:
         self.acked[index] = body
 
     def check_durable(self, nodes: list[SimNode]) -> None:
-        """Every committed entry is on the disks of a majority."""
+        """Every committed entry is on the disks of a majority (or deleted by retention, which
+        deletes only what is committed: :meth:`check_retained`)."""
         for i, e in self.committed.items():
-            held = sum(1 for n in nodes if len(n.log.durable) > i and n.log.durable[i] == e)
+            held = sum(1 for n in nodes if n.log.durable.start > i or n.log.durable.entry(i) == e)
             if held < self.majority:
                 self.fail(f"committed entry {i} is durable on {held} nodes only")
+
+    def check_retained(self, node: SimNode, upto: int) -> None:
+        """Retention on ``node`` is about to delete its entries through ``upto``: each must be
+        committed (the entry every node commits there) and synced."""
+        raft = node.raft
+        assert raft is not None
+        if upto > raft.commit_index:
+            self.fail(f"{node.id} deletes entries through {upto}, past its commit index {raft.commit_index}")
+        if upto > node.log.durable.last_index:
+            self.fail(f"{node.id} deletes entries through {upto}, past what its disk holds")
+        for i in range(node.log.first_index, upto + 1):
+            if self.committed.get(i) != node.log.entry(i):
+                self.fail(f"{node.id} deletes entry {i}, which is not the committed entry {i}")
+
+    def check_answer(self, node: SimNode, msg: Message) -> None:
+        """An answer that tells the leader this node holds entries up to ``end_index`` leaves
+        only once its disk holds them (the leader counts them towards a commit)."""
+        if not isinstance(msg, PushResponse) or msg.code is not Code.SUCCESS or msg.kind is PushKind.COMMIT \
+                or msg.kind is PushKind.COMPARE:
+            return
+        durable = node.log.durable
+        if msg.end_index >= durable.start and durable.entry(msg.end_index) is None:
+            self.fail(f"{node.id} answers {msg.kind.value} holding entries to {msg.end_index}, but its disk "
+                      f"holds them to {durable.last_index}")
 
 
 class Simulation:
@@ -184,7 +226,8 @@ class Simulation:
         self.seed = seed
         self.config = config or SimConfig()
         self.rng = random.Random(seed)
-        self.plan = self.fault_plan = plan or FaultPlan.random(self.rng)
+        self._retention_rng = random.Random(seed * 104_729 + 17)
+        self.plan = self.fault_plan = plan or FaultPlan.random(self.rng).with_retention(self._retention_rng)
         self.trace = trace
         self.now = 0.0
         self.ids = tuple(f"n{i}" for i in range(self.config.nodes))
@@ -197,7 +240,8 @@ class Simulation:
         self._next_body = 0
         self._believed_leader: str | None = None
         self.steps = 0
-        self.stats = {"acked": 0, "refused": 0, "timeouts": 0, "crashes": 0, "partitions": 0, "elections": 0}
+        self.stats = {"acked": 0, "refused": 0, "timeouts": 0, "crashes": 0, "partitions": 0, "elections": 0,
+                      "retained": 0, "installs": 0, "crashes_installing": 0, "new_leaders_installing": 0}
         for node in self.nodes.values():
             self._boot(node)
 
@@ -219,6 +263,8 @@ class Simulation:
             self._at(self.rng.expovariate(1 / self.plan.crash_every_s), "crash")
         if self.plan.partition_every_s:
             self._at(self.rng.expovariate(1 / self.plan.partition_every_s), "partition")
+        if self.plan.retain_every_s:
+            self._at(self._retention_rng.expovariate(1 / self.plan.retain_every_s), "retain")
         self._at(fault_end, "heal")
         stalled = 0
         while True:
@@ -293,6 +339,12 @@ class Simulation:
             self._log("partition healed")
         elif kind == "heal":
             self._heal()
+        elif kind == "crash_node":
+            if self._faults_on:
+                self._crash_node(self.nodes[args[0]], self._retention_rng)
+        elif kind == "retain":
+            self._retain()
+            self._at(self.now + self._retention_rng.expovariate(1 / self.plan.retain_every_s), "retain")
 
     # ------------------------------------------------------------------ nodes
 
@@ -313,14 +365,20 @@ class Simulation:
         up = [n for n in self.nodes.values() if n.raft is not None]
         if not up:
             return
-        node = self.rng.choice(up)
+        self._crash_node(self.rng.choice(up), self.rng)
+
+    def _crash_node(self, node: SimNode, rng: random.Random) -> None:
+        if node.raft is None:
+            return
+        if node.log.last_index < node.log.install_end:
+            self.stats["crashes_installing"] += 1
         node.raft = None
         node.incarnation += 1  # its sync in flight never finishes
         node.log.crash()
         self.stats["crashes"] += 1
         self._log(f"{node.id} crashes: disk keeps log to {node.log.last_index}, term {node.durable_hard.term}")
         self.invariants.check_durable(list(self.nodes.values()))
-        self._at(self.now + self.rng.uniform(0.05, self.plan.down_max_s), "restart", node.id)
+        self._at(self.now + rng.uniform(0.05, self.plan.down_max_s), "restart", node.id)
 
     def _partition(self) -> None:
         ids = list(self.ids)
@@ -339,11 +397,35 @@ class Simulation:
     def _heal(self) -> None:
         self._faults_on = False
         self._cut.clear()
-        self.plan = FaultPlan(delay_max_s=0.002, disk_sync_max_s=0.002)
+        self.plan = FaultPlan(delay_max_s=0.002, disk_sync_max_s=0.002, retain_every_s=self.plan.retain_every_s,
+                              retain_entries=self.plan.retain_entries)
         for node in self.nodes.values():
             if node.raft is None:
                 self._boot(node)
         self._log("faults end: everything healed")
+
+    def _retain(self) -> None:
+        """Retention on one running node: delete its committed, synced entries but the last
+        ``retain_entries`` (a broker deletes whole data files so, once they are dispatched)."""
+        up = [n for n in self.nodes.values() if n.raft is not None]
+        if not up:
+            return
+        node = self._retention_rng.choice(up)
+        assert node.raft is not None
+        upto = self.retained_through(node)
+        if upto < node.log.first_index:
+            return
+        self.invariants.check_retained(node, upto)
+        node.log.compact(upto)
+        self.stats["retained"] += 1
+        self._log(f"{node.id} deletes its entries through {upto}")
+
+    def retained_through(self, node: SimNode) -> int:
+        """Where retention on ``node`` may delete through: committed, on its disk, minus the
+        entries it keeps."""
+        assert node.raft is not None
+        commit = node.raft.commit_index  # the simulated state machine applies at commit
+        return deletable_through(commit, node.log.durable.last_index, commit) - self.plan.retain_entries
 
     # ------------------------------------------------------------------ the driver
 
@@ -356,6 +438,9 @@ class Simulation:
                       f"commit {ready.commit_index})")
         self.invariants.check_node(node)
         if ready.role is Role.LEADER:
+            if self._believed_leader != node.id and any(
+                    n.raft is not None and n.log.last_index < n.log.install_end for n in self.nodes.values()):
+                self.stats["new_leaders_installing"] += 1
             self._believed_leader = node.id
         for done in ready.completions:
             body = node.proposals.pop(done.proposal, None)
@@ -386,13 +471,19 @@ class Simulation:
         assert sync is not None and node.raft is not None
         node.log.make_durable(sync.snapshot)
         node.durable_hard = sync.hard
-        node.checkpoint_commit = max(node.checkpoint_commit, min(sync.commit_index, len(sync.snapshot) - 1))
+        node.checkpoint_commit = max(node.checkpoint_commit, min(sync.commit_index, sync.snapshot.last_index))
         for dst, msg in sync.messages:
             self._send(node.id, dst, msg)
-        node.raft.log_synced(len(sync.snapshot) - 1, self.now)
+        node.raft.log_synced(sync.snapshot.last_index, self.now)
         self._after_input(node)
 
     def _send(self, src: str, dst: str, msg: Message) -> None:
+        self.invariants.check_answer(self.nodes[src], msg)
+        if isinstance(msg, PushEntry) and msg.kind is PushKind.INSTALL:
+            self.stats["installs"] += 1
+            rng = self._retention_rng
+            if self._faults_on and rng.random() < self.plan.install_crash_p:  # the installer or its leader
+                self._at(self.now + rng.uniform(0, 0.01), "crash_node", rng.choice((src, dst)))
         plan = self.plan
         rng = self.rng
         if (src, dst) in self._cut or rng.random() < plan.drop_p:
@@ -438,13 +529,16 @@ class Simulation:
         if leader.raft.term != top:
             inv.fail(f"the leader {leader.id} is in term {leader.raft.term}, behind term {top}")
         for index, body in inv.acked.items():
+            if index < leader.log.first_index:
+                continue  # deleted by retention, which deletes only committed entries
             e = leader.log.entry(index)
             if e is None or e.body != body or index > leader.raft.commit_index:
                 inv.fail(f"acknowledged entry {index} is not committed in the final leader's log")
         for n in nodes:
             assert n.raft is not None
-            if n.raft.commit_index != leader.raft.commit_index or n.log.all()[: n.raft.commit_index + 1] != \
-                    leader.log.all()[: n.raft.commit_index + 1]:
+            lo = max(n.log.first_index, leader.log.first_index)
+            if n.raft.commit_index != leader.raft.commit_index or any(
+                    n.log.entry(i) != leader.log.entry(i) for i in range(lo, n.raft.commit_index + 1)):
                 inv.fail(f"{n.id} did not converge: commit {n.raft.commit_index} vs the leader's "
                          f"{leader.raft.commit_index}")
         self.stats["elections"] = len(inv.leaders)

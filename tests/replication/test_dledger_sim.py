@@ -7,11 +7,13 @@ after every step (replication.dledger.simulation). A failing seed reproduces exa
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 
 import pytest
 
 from replication.dledger import simulation
+from replication.dledger.entry_handler import EntryHandler
 from replication.dledger.simulation import FaultPlan, InvariantViolation, SimConfig, Simulation, run_seed
 
 SEEDS = int(os.environ.get("MQ_SIM_SEEDS", "300"))  # make test's share; make test-long runs the soak below
@@ -56,9 +58,20 @@ def test_a_seed_replays_exactly():
     assert first == second and len(first) > 3
 
 
+def first_caught(seeds: range, what: str) -> str | None:
+    """Run ``seeds`` until one violates an invariant naming ``what``; its message, or None."""
+    for seed in seeds:
+        try:
+            run_seed(seed)
+        except InvariantViolation as exc:
+            if what in str(exc):
+                return str(exc)
+    return None
+
+
 def test_the_simulator_catches_replies_sent_before_the_disk_sync(monkeypatch):
-    """A driver that sends a Ready's messages before syncing (a follower acking entries a crash
-    then loses) must be caught: committed entries end up on fewer disks than a majority."""
+    """A driver that sends a Ready's messages before syncing (a follower acknowledging entries
+    a crash then loses) must be caught."""
     def send_at_once(self, node):
         messages, node.outbox = node.outbox, []
         for dst, msg in messages:
@@ -67,15 +80,36 @@ def test_the_simulator_catches_replies_sent_before_the_disk_sync(monkeypatch):
 
     original = Simulation._start_sync
     monkeypatch.setattr(Simulation, "_start_sync", send_at_once)
-    caught = []
-    for seed in range(300):  # until the first seed that shows it
-        try:
-            run_seed(seed)
-        except InvariantViolation as exc:
-            caught.append(str(exc))
-            if "durable on" in caught[-1]:
-                break
-    assert caught and "durable on" in caught[-1], caught[:3]
+    assert first_caught(range(SEEDS), "but its disk holds them to")
+
+
+def test_the_simulator_catches_retention_deleting_uncommitted_entries(monkeypatch):
+    """Retention that deletes what is merely on disk, not what is committed and applied."""
+    monkeypatch.setattr(simulation, "deletable_through", lambda commit, durable, applied: durable)
+    assert first_caught(range(SEEDS), "past its commit index")
+
+
+def test_the_simulator_catches_a_partial_install_answered_as_complete(monkeypatch):
+    """A follower that answers an INSTALL as if it held everything up to the leader's commit
+    index, while it holds only the first run."""
+    def claim_all(self, req, log, commit_index):
+        resp = original(self, req, log, commit_index)
+        return dataclasses.replace(resp, end_index=max(resp.end_index, req.install_end))
+
+    original = EntryHandler._install
+    monkeypatch.setattr(EntryHandler, "_install", claim_all)
+    assert first_caught(range(SEEDS), "answers INSTALL holding entries to")
+
+
+def test_retention_and_installs_run_in_the_ci_seeds():
+    """The make-test seed range does delete entries, install lagging members, and crash
+    installers and their leaders mid-way."""
+    totals: dict[str, int] = {}
+    for seed in range(0, SEEDS, 3):
+        for key, value in run_seed(seed).items():
+            totals[key] = totals.get(key, 0) + value
+    assert totals["retained"] > 100 and totals["installs"] > 20, totals
+    assert totals["crashes_installing"] + totals["new_leaders_installing"] > 0, totals
 
 
 def test_a_busy_loop_is_reported_not_hung(monkeypatch):
