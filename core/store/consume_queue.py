@@ -260,6 +260,12 @@ class ConsumeQueueTable:
     def delete_below(self, log_min: int) -> int:
         return sum(cq.delete_below(log_min) for cq in self.queues.values())
 
+    def clear(self) -> None:
+        """Delete every queue's files (the log they pointed into is gone)."""
+        for cq in self.queues.values():
+            cq.files.drop_after(-1)
+        self.queues.clear()
+
     def close(self) -> None:
         for cq in self.queues.values():
             cq.files.close()

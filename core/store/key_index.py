@@ -288,6 +288,13 @@ class KeyIndex:
                 out.append(ix.mf)
         return out
 
+    def clear(self) -> None:
+        """Delete every index file (the log they pointed into is gone)."""
+        for ix in self.files:
+            ix.mf.destroy()
+        self.files.clear()
+        self.reserved = self._room = 0
+
     def delete_below(self, log_min: int) -> int:
         dropped = 0
         while len(self.files) > 1 and self.files[0].end_phy < log_min:

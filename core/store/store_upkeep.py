@@ -107,9 +107,14 @@ class StoreUpkeep:
     async def apply_retention(self, now: float | None = None) -> list[Path]:
         """Delete (or archive, then delete) segments past the retention time; drop queue and
         index files that only point below the new start of the log."""
+        return await self.retire_segments(expired_segments(self.commitlog.files.files, self.commitlog.flushed_offset,
+                                                           self.config.retention_hours, now))
+
+    async def retire_segments(self, segments: list[MappedFile]) -> list[Path]:
+        """Archive (when configured) and delete ``segments``, the first files of the log in
+        order, then what points only below the log's new start."""
         retired: list[Path] = []
-        for seg in expired_segments(self.commitlog.files.files, self.commitlog.flushed_offset,
-                                    self.config.retention_hours, now):
+        for seg in segments:
             archive = None
             if self.config.archive:
                 try:
@@ -117,6 +122,8 @@ class StoreUpkeep:
                 except OSError as exc:  # keep the segment until it can be archived
                     log.error("store %s: archiving %s failed: %s", self.root, seg.path, exc)
                     break
+            if not self.commitlog.files.files or self.commitlog.files.files[0] is not seg:
+                break  # the log changed meanwhile (a raft member's was installed anew)
             self.commitlog.files.drop_first()
             retired.append(seg.path)
             self.stats.retired_segments += 1

@@ -9,6 +9,10 @@ read it as they read a DLedger-mode RocketMQ store.
                                       entry i at byte i * 32
  <store>/dledger/currterm             currTerm=<n> / voteLeader=<id> (written before any answer)
  <store>/dledger/checkpoint           committedIndex=<n> (how far consumers may read)
+ <store>/dledger/start                startIndex=<S> prevTerm=<t> startPos=<p> installEnd=<n>:
+                                      the log begins at entry S (at data position p, -1: the
+                                      next run received), entries before it deleted by
+                                      retention or never held (installed from a leader)
 ```
 A message record's PHYSICALOFFSET is set to its own position (entry pos + 48) when the entry
 is appended, so ConsumeQueue entries and offset msgIds point into the data files. Every node
@@ -16,14 +20,15 @@ of a group writes the same entries at the same positions (same segment size), so
 leader pushes are the bytes a follower stores.
 
 Writes go to mapped files and become durable at :meth:`DiskRaftLog.sync`; recovery keeps the
-longest prefix of index entries whose data headers agree with them.
+longest prefix of index entries whose data headers agree with them. The ``start`` file is
+written (and synced) before any file it makes obsolete is deleted.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from core.store.mapped_file import MappedFile, MappedFileQueue
@@ -34,6 +39,7 @@ from replication.dledger.raft_log import Entry, PackedEntries
 from replication.dledger.raft_node import HardState
 
 INDEX_FILE_ENTRIES = 1 << 20  # 32 MiB index files
+START_FILE = "start"
 _PHYS = struct.Struct(">q")
 _RECORD_HEAD = struct.Struct(">ii")
 
@@ -57,6 +63,12 @@ class DiskRaftLog:
         self.write_pos = 0  # where the next entry goes
         self.durable_index = -1  # synced through here (set by whoever syncs, cut by truncations)
         self.cuts = 0  # truncations so far: a sync that saw one cannot vouch for what it snapshotted
+        self._start = 0  # the first entry held (or to be held)
+        self._prev_term = -1  # the term of entry _start - 1
+        self._install_end = -1
+        self._start_pos = base  # where entry _start lies (-1: where the next run received lies)
+        self._state_path = store_dir / "dledger" / START_FILE
+        self.on_reset: Callable[[], None] | None = None  # the store drops what it derived from the log
 
     # ------------------------------------------------------------------ open
 
@@ -68,14 +80,18 @@ class DiskRaftLog:
         if not self.data.files:  # a shared queue may be loaded already
             self.data.load()
         self.index.load()
-        lo, hi = -1, self._index_capacity() - 1  # the last written index entry, by bisection
+        props = read_properties(self._state_path)
+        if props:
+            self._start, self._prev_term = int(props["startIndex"]), int(props["prevTerm"])
+            self._start_pos, self._install_end = int(props["startPos"]), int(props["installEnd"])
+        lo, hi = self._start - 1, max(self._start - 1, self._index_capacity() - 1)  # the last index entry
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if self._index_entry(mid).magic in dledger.ENTRY_MAGICS:
                 lo = mid
             else:
                 hi = mid - 1
-        last = min(trusted_through, lo)
+        last = max(self._start - 1, min(trusted_through, lo))
         while last < lo and self._agrees(last + 1):
             last += 1
         self._set_end(last)
@@ -102,8 +118,8 @@ class DiskRaftLog:
 
     def _set_end(self, last: int) -> None:
         self._last = last
-        if last < 0:
-            self._last_term, self.write_pos = -1, self.base
+        if last < self._start:
+            self._last_term, self.write_pos = self._prev_term, self._start_pos
             return
         ix = self._index_entry(last)
         self._last_term, self.write_pos = ix.term, ix.pos + ix.size
@@ -112,7 +128,7 @@ class DiskRaftLog:
 
     @property
     def first_index(self) -> int:
-        return 0 if self._last >= 0 else -1
+        return self._start
 
     @property
     def last_index(self) -> int:
@@ -122,13 +138,19 @@ class DiskRaftLog:
     def last_term(self) -> int:
         return self._last_term
 
+    @property
+    def install_end(self) -> int:
+        return self._install_end
+
     def term_at(self, index: int) -> int | None:
-        if not 0 <= index <= self._last:
+        if index == self._start - 1 and index >= 0:
+            return self._prev_term
+        if not self._start <= index <= self._last:
             return None
         return self._index_entry(index).term
 
     def entry(self, index: int) -> Entry | None:
-        if not 0 <= index <= self._last:
+        if not self._start <= index <= self._last:
             return None
         ix = self._index_entry(index)
         mf = self.data.find(ix.pos)
@@ -140,7 +162,7 @@ class DiskRaftLog:
     def entries(self, start: int, count_max: int, bytes_max: int) -> Sequence[Entry]:
         """A run read in one piece: the first entry, then those after it that follow it in the
         same data file, up to the limits."""
-        if not 0 <= start <= self._last:
+        if not self._start <= start <= self._last:
             return []
         stop = min(self._last, start + max(count_max, 1) - 1)
         at = start * dledger.INDEX_ENTRY_SIZE
@@ -174,6 +196,9 @@ class DiskRaftLog:
         first = entries.first_index if isinstance(entries, PackedEntries) else entries[0].index
         if first != self._last + 1:
             raise ValueError(f"entry {first} does not continue a log ending at {self._last}")
+        if self.write_pos < 0:  # installed: entries lie where the leader's do
+            at = entries.first_pos if isinstance(entries, PackedEntries) else 0
+            self.write_pos = self._start_pos = at - at % self.segment_size
         if isinstance(entries, PackedEntries) and entries.contiguous and self._append_as_placed(entries):
             return
         parts: list[bytes | memoryview] = []
@@ -260,6 +285,8 @@ class DiskRaftLog:
         return out
 
     def truncate_after(self, index: int) -> int:
+        if index < self._start - 1:
+            raise ValueError(f"cannot cut at {index}: entries before {self._start} are deleted")
         if index >= self._last:
             return 0
         dropped = self._last - index
@@ -279,6 +306,47 @@ class DiskRaftLog:
         mf = self.data.find(end)
         if mf is not None:
             mf.zero_from(end - mf.start)
+
+    def reset(self, start: int, prev_term: int, install_end: int) -> None:
+        """Delete every data and index file: the log continues at entry ``start``, placed
+        where the next run received places it (a leader's first retained data file)."""
+        self._save_start(start, prev_term, -1, install_end)
+        self.cuts += 1
+        self.data.drop_after(-1)
+        self.index.drop_after(-1)
+        self._set_end(start - 1)
+        self.durable_index = start - 1
+        if self.on_reset is not None:
+            self.on_reset()
+
+    def begin_at(self, pos: int) -> int:
+        """Retention: the log now begins with the entry at ``pos`` (the start of a data file);
+        the data files before it may be deleted once this returns, and index files wholly
+        before it are. Returns that entry's index."""
+        mf = self.data.find(pos)
+        if mf is None or pos != mf.start or pos > self.write_pos:
+            raise ValueError(f"the log cannot begin at {pos}: not the start of a data file it holds")
+        head = dledger.decode_header(mf.view, 0)
+        start = head.raft_index
+        if start == self._start and pos == self._start_pos:
+            return start  # recorded already (an earlier retention kept files it could not archive)
+        if not self._start < start <= self._last:
+            raise ValueError(f"the entry at {pos} is {start}, not after the first entry {self._start}")
+        self._save_start(start, self._index_entry(start - 1).term, pos, self._install_end)
+        at = start * dledger.INDEX_ENTRY_SIZE
+        while len(self.index.files) > 1 and self.index.files[0].end <= at:
+            self.index.drop_first()
+        return start
+
+    def _save_start(self, start: int, prev_term: int, pos: int, install_end: int) -> None:
+        write_properties(self._state_path, {"startIndex": str(start), "prevTerm": str(prev_term),
+                                            "startPos": str(pos), "installEnd": str(install_end)})
+        self._start, self._prev_term, self._start_pos, self._install_end = start, prev_term, pos, install_end
+
+    @property
+    def start_pos(self) -> int:
+        """Where the first entry lies (-1: not known until the next run arrives)."""
+        return self._start_pos
 
     # ------------------------------------------------------------------ durability
 

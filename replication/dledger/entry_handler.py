@@ -121,6 +121,10 @@ class EntryHandler:
             return self._answer(req.kind, Code.SUCCESS, req.index, log, seq=req.seq)
         if req.kind is PushKind.INSTALL:
             return self._install(req, log, commit_index)
+        if self.matched_index == NOT_MATCHED:
+            # restarted (or wiped) since the leader matched this log: have it compare again, or
+            # an idle leader would only ever send COMMITs it cannot apply here
+            return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
         return self._answer(req.kind, Code.SUCCESS, req.index, log)  # COMMIT: noted in offer
 
     def _install(self, req: PushEntry, log: RaftLog, commit_index: int) -> PushResponse:

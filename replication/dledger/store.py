@@ -16,6 +16,14 @@ its commit index grows, so followers serve committed messages too.
 Switching a master-slave store to raft keeps its classic segments: they are recovered and
 dispatched as before, then the raft data begins at the next segment start (``dledger/base``),
 so every old physical offset, queue offset and consumer offset stays valid.
+
+Retention deletes whole data files, oldest first, once they are past ``retention_hours`` and
+every entry in them is committed, on this member's disk and dispatched
+(:func:`replication.dledger.retention.deletable_through`); the raft log then begins at the next
+file's first entry (``dledger/start``, written first). A member installed from its leader (it
+needed entries the leader had deleted) drops its data files, ConsumeQueues and key index and
+receives the leader's retained files from their first entry: queues begin again at the first
+retained message, as after retention.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import collections
 import logging
 import struct
+import time
 from collections.abc import Callable
 from itertools import repeat
 from pathlib import Path
@@ -32,6 +41,7 @@ from core.errors import ReadOnlyStoreError, StoreCorruptError
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import LogRecovery
 from core.store.dispatch import Appended
+from core.store.mapped_file import MappedFile
 from core.store.message_store import (
     ABORT_FILE,
     CHECKPOINT_FILE,
@@ -43,6 +53,7 @@ from core.store.message_store import (
 )
 from core.store.store_types import PutResult, RecoveryReport, StoreHooks
 from formats import dledger
+from formats.errors import FormatError
 from formats.properties import index_keys
 from formats.record import MessageRecord, prepare_record, write_record
 from formats.segments import parse_segment_name
@@ -54,6 +65,7 @@ from replication.dledger.disk_log import (
     write_properties,
 )
 from replication.dledger.messages import Code
+from replication.dledger.retention import deletable_through
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +102,18 @@ class DLedgerMessageStore(MessageStore):
         clean = not (self.root / ABORT_FILE).exists()
         base = self._data_base()
         self.raft_log = DiskRaftLog(self.root, self.config.segment_size_bytes, data=self.commitlog.files, base=base)
+        self.raft_log.on_reset = self._log_reset
         committed = load_commit_checkpoint(self.state_dir / "checkpoint")
         self.raft_log.open(committed)
-        end = self.raft_log.write_pos
+        end = max(self.raft_log.write_pos, 0)
         self.queues.recover(end)
         if self._index_enabled:
             self.index.recover(end)
         checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
-        self.reput_offset = self.commitlog.write_offset = self.commitlog.flushed_offset = base
+        low = max(base, self.raft_log.start_pos)
+        self.reput_offset = self.commitlog.write_offset = self.commitlog.flushed_offset = low
         if checkpoint is not None:
-            self.reput_offset = max(base, min(checkpoint.dispatched_offset, end))
+            self.reput_offset = max(low, min(checkpoint.dispatched_offset, end))
         scanned_from = self.reput_offset
         redispatched = self.dispatch_committed(min(committed, self.raft_log.last_index))
         self._opened()
@@ -138,6 +152,8 @@ class DLedgerMessageStore(MessageStore):
         self.committed_index = max(self.committed_index, commit_index)
         files = self.raft_log.data
         reput = self.reput_offset
+        if files.files and reput < files.files[0].start:
+            reput = files.files[0].start  # installed: the log begins at the leader's first retained file
         batch = self.dispatch_batch()
         seg_size = self.raft_log.segment_size
         head, header_size, normal = _ENTRY_HEAD.unpack_from, dledger.HEADER_SIZE, dledger.MAGIC_NORMAL
@@ -226,9 +242,47 @@ class DLedgerMessageStore(MessageStore):
     # ---------------------------------------------------------------- housekeeping
 
     async def apply_retention(self, now: float | None = None) -> list[Path]:
-        """Raft data files stay: the raft log is indexed from its first entry (retention of
-        the raft log is not supported yet; the disk-full guard still refuses writes)."""
-        return []
+        """Delete (or archive) the data files retention may take (module docstring), classic
+        segments of an earlier master-slave era first; the raft log's new start is recorded
+        before any file goes."""
+        files = self._retirable_files(time.time() if now is None else now)
+        if not files:
+            return []
+        kept = self.raft_log.data.files[len(files)]  # never the last file: it follows every retired one
+        if kept.start > self.raft_log.base:
+            self.raft_log.begin_at(kept.start)
+        return await self.retire_segments(files)
+
+    def _retirable_files(self, now: float) -> list[MappedFile]:
+        cutoff = now - self.config.retention_hours * 3600
+        raft_log = self.raft_log
+        files = raft_log.data.files
+        out: list[MappedFile] = []
+        for f, nxt in zip(files, files[1:]):
+            if f.path.stat().st_mtime > cutoff:
+                break
+            if nxt.start > raft_log.base:  # a raft data file: its entries end where the next file's begin
+                try:
+                    last_in_f = dledger.decode_header(nxt.view, 0).raft_index - 1
+                except FormatError:
+                    break
+                applied = last_in_f if self.reput_offset >= nxt.start else -1
+                if last_in_f > deletable_through(self.committed_index, raft_log.durable_index, applied):
+                    break
+            out.append(f)
+        return out
+
+    def _log_reset(self) -> None:
+        """The raft log was installed anew (it continues at the leader's first retained
+        entry): what was derived from the old one goes, and dispatching starts over at the
+        first data file that arrives."""
+        self.queues.clear()
+        self.index.clear()
+        self._proposed.clear()
+        self.reput_offset = 0
+        stamp = now_ms()
+        write_checkpoint(self.root / CHECKPOINT_FILE, Checkpoint(stamp, stamp, stamp, 0, 0))
+        log.info("store %s: raft log installed from the leader; ConsumeQueues and key index start over", self.root)
 
     def _close_files(self) -> None:
         super()._close_files()

@@ -45,7 +45,7 @@ def any_log(request, tmp_path):
 
 def test_the_raft_log_contract(any_log):
     log = any_log
-    assert (log.first_index, log.last_index, log.last_term) == (-1, -1, -1) and log.term_at(0) is None
+    assert (log.first_index, log.last_index, log.last_term) == (0, -1, -1) and log.term_at(0) is None
     log.append(entries(0, 5, 1))
     log.append([Entry(5, 2, b"", dledger.MAGIC_NOOP)])
     assert (log.first_index, log.last_index, log.last_term) == (0, 5, 2)
@@ -58,6 +58,21 @@ def test_the_raft_log_contract(any_log):
     assert log.truncate_after(2) == 3 and log.last_index == 2 and log.last_term == 1
     log.append(entries(3, 2, 3))
     assert [log.term_at(i) for i in range(5)] == [1, 1, 1, 3, 3]
+
+
+def test_a_reset_log_continues_at_the_leaders_first_entry(any_log):
+    log = any_log
+    log.append(entries(0, 5, 1))
+    log.reset(40, 3, install_end=60)
+    assert (log.first_index, log.last_index, log.last_term, log.install_end) == (40, 39, 3, 60)
+    assert log.term_at(39) == 3 and log.term_at(38) is None and log.term_at(4) is None and log.entry(2) is None
+    with pytest.raises(ValueError, match="does not continue"):
+        log.append(entries(0, 1, 1))
+    log.append(entries(40, 3, 4))
+    assert [e.index for e in log.entries(40, 10, 10**6)] == [40, 41, 42] and log.entries(39, 10, 10**6) == []
+    with pytest.raises(ValueError):
+        log.truncate_after(30)
+    assert log.truncate_after(39) == 3 and (log.last_index, log.last_term) == (39, 3)
 
 
 def test_records_carry_their_own_offset_and_segments_end_in_padding(tmp_path):

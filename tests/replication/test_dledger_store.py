@@ -4,6 +4,9 @@ tests/mqctl/test_dledger.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -256,4 +259,71 @@ async def test_a_sealed_raft_group_continues_as_master_and_slaves_and_can_go_bac
         assert leader.store.raft_log.base == floor + small_store_config.segment_size_bytes
         assert await put_committed(leader, [msg(32)]) == [8]
         assert queue_bodies(leader.store)[0] == [msg(i).body for i in range(0, 33, QUEUES)]
+        nursery.cancel_scope.cancel()
+
+
+def data_files(store: MessageStore) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((store.root / "commitlog").iterdir()) if p.name.isdigit()}
+
+
+async def wait_caught_up(member: DLedgerReplication, leader: DLedgerReplication, timeout_s: float = 20.0) -> None:
+    with trio.fail_after(timeout_s):
+        while (member.store.reput_offset, member.store.committed_index) != \
+                (leader.store.reput_offset, leader.store.committed_index):
+            await trio.sleep(0.01)
+
+
+async def test_retention_deletes_committed_files_and_members_behind_it_are_installed(tmp_path, small_store_config):
+    """Members delete the data files retention may take; a member that was down meanwhile, and
+    one that comes back with an empty store, get the leader's retained files as they lie, hold
+    the same messages in their queues, and can lead."""
+    store_config = dataclasses.replace(small_store_config, segment_size_bytes=8192)
+    config = group_config(store_config, 3)
+    async with trio.open_nursery() as nursery:
+        group = Group(tmp_path, config, nursery)
+        for node in config.brokers:
+            await group.start(node)
+        leader = await group.leader()
+        await put_committed(leader, [msg(i) for i in range(60)])
+        behind = next(n for n in config.brokers if n.node != leader.node.node)
+        behind_end = group.members[behind.node].store.raft_log.last_index
+        await group.stop(behind.node)
+        await put_committed(leader, [msg(i) for i in range(60, 160)])
+        # files last written before now will have outlived retention at `later`; the rest not
+        later = time.time() + store_config.retention_hours * 3600
+        await put_committed(leader, [msg(i) for i in range(160, 200)])
+        other = next(m for m in group.members.values() if m is not leader)
+        await wait_caught_up(other, leader)
+        for member in (leader, other):
+            retired = await member.store.apply_retention(now=later)
+            assert len(retired) >= 5 and member.store.raft_log.first_index > behind_end + 1
+            assert member.store.min_queue_offset("Orders", 0) > 0
+        first_kept = leader.store.raft_log.first_index
+        expected = queue_bodies(leader.store)
+        assert expected[0][-1] == msg(196).body and 5 <= len(expected[0]) < 40
+
+        await group.start(behind)  # down since before the leader deleted what it would need
+        installed = group.members[behind.node]
+        await wait_caught_up(installed, leader)
+        assert installed.store.raft_log.first_index == first_kept
+        assert data_files(installed.store) == data_files(leader.store)
+        assert queue_bodies(installed.store) == expected
+
+        await group.stop(other.node.node)  # back with an empty store
+        shutil.rmtree(tmp_path / other.node.node)
+        await group.start(other.node)
+        fresh = group.members[other.node.node]
+        await wait_caught_up(fresh, leader)
+        assert data_files(fresh.store) == data_files(leader.store) and queue_bodies(fresh.store) == expected
+
+        await group.stop(leader.node.node)  # the installed member can lead
+        new = await group.leader()
+        if new is not installed:
+            assert new.transfer_leadership(installed.node.node) is None
+            with trio.fail_after(10):
+                while not installed.writable:
+                    await trio.sleep(0.01)
+        assert await put_committed(installed, [msg(200)]) == [50]
+        await wait_caught_up(fresh, installed)
+        assert queue_bodies(fresh.store)[0][-2:] == [msg(196).body, msg(200).body]
         nursery.cancel_scope.cancel()
