@@ -64,6 +64,8 @@ def encode_message(msg: Message, group: str) -> RemotingCommand:
         code = PUSH
         f.update(leader=msg.leader, kind=msg.kind.value, index=str(msg.index), commitIndex=str(msg.commit_index),
                  seq=str(msg.seq))
+        if msg.kind is PushKind.INSTALL:
+            f.update(prevTerm=str(msg.prev_term), installEnd=str(msg.install_end))
         if isinstance(msg.entries, PackedEntries):
             body = bytes(msg.entries.raw)
         else:
@@ -98,8 +100,12 @@ def decode_message(cmd: RemotingCommand) -> Message:
             index, entries = int(f["index"]), _entries(cmd.body)
             if entries and entries.first_index != index:
                 raise WireError(f"push at index {index} carries entries from {entries.first_index}")
-            return PushEntry(term, f["leader"], PushKind(f["kind"]), index, entries,
-                             int(f["commitIndex"]), int(f.get("seq", "0")))
+            kind = PushKind(f["kind"])
+            install = kind is PushKind.INSTALL
+            if install and index < 1:
+                raise WireError(f"an install continues a log after a deleted prefix, not at index {index}")
+            return PushEntry(term, f["leader"], kind, index, entries, int(f["commitIndex"]), int(f.get("seq", "0")),
+                             int(f["prevTerm"]) if install else -1, int(f["installEnd"]) if install else -1)
         if cmd.code == PUSH_RESPONSE:
             return PushResponse(term, f["peer"], PushKind(f["kind"]), Code(int(f["code"])), int(f["index"]),
                                 int(f["endIndex"]), int(f.get("count", "0")), int(f.get("seq", "0")))

@@ -148,6 +148,49 @@ def test_a_follower_never_commits_a_tail_it_has_not_matched():
     assert h.commit_limit() == -1  # the leader's commit index 3 says nothing about this log's entry 3
 
 
+def test_a_follower_behind_the_leaders_first_entry_is_installed_from_it():
+    leader_log = log_of(1, 1, 1, 1, 2, 2, 2)
+    leader_log.sync()
+    leader_log.compact(3)  # retention deleted entries 0-3
+    d = EntryDispatcher("a", "b", 2, PushLimits(batch_count=2), leader_log)
+    (compare,) = d.pushes(leader_log, commit_index=6, now=0.0)
+    assert compare.kind is PushKind.COMPARE and compare.index == 6
+    d.on_response(PushResponse(2, "b", PushKind.COMPARE, Code.INCONSISTENT_STATE, 6, 1, seq=compare.seq), leader_log)
+    (install,) = d.pushes(leader_log, commit_index=6, now=0.0)  # it would compare at 1, which is gone
+    assert (install.kind, install.index, install.prev_term, install.install_end) == (PushKind.INSTALL, 4, 1, 6)
+    assert [e.index for e in install.entries] == [4, 5]
+
+    follower_log = log_of(1, 1)
+    h = EntryHandler("b", 2, max_pending=10, gap_timeout_s=1.0)
+    h.offer(install, 0.0)
+    (resp,) = h.process(follower_log, commit_index=1, now=0.0)
+    assert (resp.code, resp.end_index) == (Code.SUCCESS, 5)
+    assert (follower_log.first_index, follower_log.last_index, follower_log.term_at(3)) == (4, 5, 1)
+    assert follower_log.install_end == 6
+    assert d.on_response(resp, leader_log) == 5 and d.state is DispatchState.APPEND
+    (append,) = d.pushes(leader_log, commit_index=6, now=0.0)
+    assert (append.kind, append.index) == (PushKind.APPEND, 6)
+
+
+def test_an_install_never_drops_a_committed_entry_the_follower_agrees_on():
+    follower_log = log_of(1, 1, 1, 1, 1, 1)
+    h = EntryHandler("b", 2, max_pending=10, gap_timeout_s=1.0)
+    h.offer(PushEntry(2, "a", PushKind.INSTALL, 4, (), 6, seq=1, prev_term=1, install_end=6), 0.0)
+    (resp,) = h.process(follower_log, commit_index=5, now=0.0)  # it holds committed entries 4 and 5
+    assert resp.code is Code.INCONSISTENT_STATE and follower_log.last_index == 5 and follower_log.first_index == 0
+
+
+def test_an_installing_member_does_not_stand_until_it_holds_what_was_committed():
+    log = MemoryLog()
+    log.reset(10, 3, install_end=20)
+    node = RaftNode("b", PEERS, log, RaftSettings(), random.Random(1), 0.0)
+    node.tick(30.0)
+    assert node.role is Role.FOLLOWER and node.take_ready(30.0).messages == []
+    log.append([Entry(i, 3, b"x") for i in range(10, 21)])
+    node.tick(60.0)
+    assert any(isinstance(m, VoteRequest) and m.pre_vote for _, m in node.take_ready(60.0).messages)
+
+
 # ------------------------------------------------------------------ node
 
 
@@ -286,6 +329,7 @@ def test_every_message_survives_the_wire_and_bad_frames_are_named():
         HeartBeat(5, "a", 7), HeartBeatResponse(5, "b", Code.EXPIRED_TERM),
         PushEntry(5, "a", PushKind.APPEND, 3, (noop, Entry(4, 5, b"record bytes")), 2, seq=0),
         PushEntry(5, "a", PushKind.TRUNCATE, 2, (), 2, seq=11),
+        PushEntry(5, "a", PushKind.INSTALL, 3, (noop,), 9, seq=12, prev_term=1, install_end=9),
         PushResponse(5, "b", PushKind.COMPARE, Code.INCONSISTENT_STATE, 3, 1, 0, seq=11),
         TakeLeadership(5, "a"),
     ]
