@@ -39,13 +39,14 @@ class ConsumeQueue:
         self.assigned = 0  # next logical offset handed to an append (ahead of max_offset until dispatch)
         self.gap_pad_max = entries_per_file
 
-    def recover(self, log_end: int) -> None:
-        """Load the files, find the last written entry, and drop entries that point at or past
-        ``log_end`` (CommitLog bytes that recovery cut off)."""
+    def recover(self, log_end: int, log_min: int = 0) -> None:
+        """Load the files, find the last written entry, drop entries that point at or past
+        ``log_end`` (CommitLog bytes that recovery cut off), and begin at the first entry that
+        points at or past ``log_min`` (what retention left of the CommitLog)."""
         self.files.load()
         self.max_offset = self._written_end()
         self.truncate(log_end)
-        self._correct_min(0)
+        self._correct_min(log_min)
 
     def truncate(self, log_end: int) -> None:
         """Drop the entries that point at or past ``log_end``."""
@@ -218,7 +219,7 @@ class ConsumeQueueTable:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.refused: set[tuple[str, int]] = set()  # names found in the log that got no queue
 
-    def recover(self, log_end: int) -> None:
+    def recover(self, log_end: int, log_min: int = 0) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         for topic_dir in sorted(self.root.iterdir()):
             if not topic_dir.is_dir():
@@ -227,7 +228,7 @@ class ConsumeQueueTable:
                 if qdir.is_dir() and qdir.name.isdigit():
                     cq = self.get_or_create_for_log(topic_dir.name, int(qdir.name))
                     if cq is not None:
-                        cq.recover(log_end)
+                        cq.recover(log_end, log_min)
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))

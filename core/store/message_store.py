@@ -140,7 +140,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
                              "`mqctl config set replication.mode ...`")
         log_recovery = self.commitlog.recover(checkpoint, cut_damage=self.config.recover_cut_damage, floor=floor or 0)
         end = log_recovery.end
-        self.queues.recover(end)
+        self.queues.recover(end, self.commitlog.min_offset)
         if self.config.index_enabled:
             self.index.recover(end)
         start = max(self.commitlog.min_offset, floor or 0)

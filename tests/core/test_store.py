@@ -212,6 +212,9 @@ async def test_retention_deletes_old_segments_and_queue_files(tmp_path, small_st
         assert index == low and entry.phys_offset >= segments[3].start
         cq_files = store.queues.get("Orders", 0).files.files
         assert cq_files[0].start > 0 and cq_files[0].start % CQ_ENTRY_SIZE == 0
+    async with open_message_store(tmp_path / "n", config) as store:  # a restart begins there too
+        assert store.min_queue_offset("Orders", 0) == low
+        assert store.read_record(store.queue_entries("Orders", 0, 0, 1)[0][1].phys_offset).queue_offset == low
 
 
 async def test_retention_archives_when_configured_and_dump_still_reads(tmp_path, small_store_config):
