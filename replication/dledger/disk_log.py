@@ -149,6 +149,12 @@ class DiskRaftLog:
             return None
         return self._index_entry(index).term
 
+    def position(self, index: int) -> int | None:
+        """Where entry ``index`` lies in the data files."""
+        if not self._start <= index <= self._last:
+            return None
+        return self._index_entry(index).pos
+
     def entry(self, index: int) -> Entry | None:
         if not self._start <= index <= self._last:
             return None
@@ -196,9 +202,15 @@ class DiskRaftLog:
         first = entries.first_index if isinstance(entries, PackedEntries) else entries[0].index
         if first != self._last + 1:
             raise ValueError(f"entry {first} does not continue a log ending at {self._last}")
-        if self.write_pos < 0:  # installed: entries lie where the leader's do
-            at = entries.first_pos if isinstance(entries, PackedEntries) else 0
-            self.write_pos = self._start_pos = at - at % self.segment_size
+        if self._last < self._start and isinstance(entries, PackedEntries) and entries.contiguous:
+            # an empty log (installed, or a store that joined empty) places its entries where
+            # the leader's lie, so every member's files line up: byte for byte, and as
+            # master and slaves after a seal
+            at = entries.first_pos
+            if at % self.segment_size == 0 and at >= self.write_pos:
+                self.write_pos = self._start_pos = at
+        if self.write_pos < 0:  # installed, and the run carries no placement: a fresh file
+            self.write_pos = self._start_pos = 0
         if isinstance(entries, PackedEntries) and entries.contiguous and self._append_as_placed(entries):
             return
         parts: list[bytes | memoryview] = []

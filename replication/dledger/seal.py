@@ -5,7 +5,11 @@ group (``replication.mode`` back to async or sync).
  before (each member, stopped):  [classic era?][raft entries 0 .. its last, commit checkpoint c]
  1. the log raft would keep: the most up-to-date member's (highest last term, then last index):
     by Leader Completeness it holds every committed entry, and a new leader would commit it all
- 2. every other member: cut where it stops agreeing with that log, copy the rest (run by run)
+ 2. every other member: cut where it stops agreeing with that log, copy the rest (run by run);
+    a member that lacks entries that log no longer holds (retention deleted them there), or
+    whose entries lie at other positions (it joined with an empty store before its leader
+    placed them for it), is re-laid as an install does: its data files, ConsumeQueues and
+    key index go, and it takes that log's retained files as they lie
  3. every member: committed = that log's last index; the store opens once as a raft store and
     dispatches all of it to the ConsumeQueues and the key index
  after:  [classic era?][raft entries 0 .. C][classic segments from the floor on]
@@ -17,10 +21,14 @@ master and slaves agree on every offset. Entries cut from a member were never co
 send was answered SUCCESS for them); entries kept beyond the leader's last commit checkpoint
 were stored by the last leader and may have been answered with a timeout, as after a raft
 failover.
+
+Re-laid members lose the classic segments of an earlier master-slave era, if they had any: the
+master keeps them, and serves them.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,18 +70,18 @@ def seal_group(roots: list[Path], config: StoreConfig) -> list[SealedMember]:
     roots = [r for r in roots if holds_unsealed_raft(r)]
     if not roots:
         return []
-    bases = {r: read_data_base(r) or 0 for r in roots}
-    if len(set(bases.values())) > 1:
-        raise SealError("the members' raft entries begin at different offsets ("
-                        + ", ".join(f"{r.name}: {b}" for r, b in bases.items())
-                        + "): as master and slaves their CommitLogs would not line up")
-    logs = {r: DiskRaftLog(r, config.segment_size_bytes, base=bases[r]) for r in roots}
+    logs = {r: DiskRaftLog(r, config.segment_size_bytes, base=read_data_base(r) or 0) for r in roots}
     try:
         for r, raft_log in logs.items():
             raft_log.open(load_commit_checkpoint(r / RAFT_STATE_DIR / "checkpoint"))
         source = max(roots, key=lambda r: (logs[r].last_term, logs[r].last_index))
         last = logs[source].last_index
         aligned = {r: _align(logs[r], logs[source]) for r in roots}
+        for r in roots:
+            if aligned[r][3]:  # re-laid: what was derived from its old log goes
+                shutil.rmtree(r / "consumequeue", ignore_errors=True)
+                shutil.rmtree(r / "index", ignore_errors=True)
+                (r / CHECKPOINT_FILE).unlink(missing_ok=True)
         for r, raft_log in logs.items():
             raft_log.sync()
             save_commit_checkpoint(r / RAFT_STATE_DIR / "checkpoint", last, last)
@@ -82,7 +90,7 @@ def seal_group(roots: list[Path], config: StoreConfig) -> list[SealedMember]:
             raft_log.close()
     out = []
     for r in roots:
-        before, cut, copied = aligned[r]
+        before, cut, copied, _relaid = aligned[r]
         out.append(SealedMember(r, before, last, cut, copied, _seal_store(r, config)))
     if len({m.floor for m in out}) > 1:
         raise SealError("the sealed members' logs end at different offsets: "
@@ -90,21 +98,30 @@ def seal_group(roots: list[Path], config: StoreConfig) -> list[SealedMember]:
     return out
 
 
-def _align(ours: DiskRaftLog, theirs: DiskRaftLog) -> tuple[int, int, int]:
-    """Make ``ours`` hold exactly ``theirs``: (our last index before, entries cut, copied)."""
+def _align(ours: DiskRaftLog, theirs: DiskRaftLog) -> tuple[int, int, int, bool]:
+    """Make ``ours`` hold exactly ``theirs``, at the same positions: (our last index before,
+    entries cut, copied, whether it was re-laid)."""
     before = ours.last_index
     if ours is theirs:
-        return before, 0, 0
+        return before, 0, 0, False
+    low = max(ours.first_index, theirs.first_index)
     agree = min(ours.last_index, theirs.last_index)
-    while agree >= 0 and ours.term_at(agree) != theirs.term_at(agree):
+    while agree >= low and ours.term_at(agree) != theirs.term_at(agree):
         agree -= 1  # same index and term: the same entry and the same log before it
-    cut = ours.truncate_after(agree)
+    # the entries after ``agree`` go where theirs lie only if ours lies as theirs does there
+    relaid = agree < theirs.first_index or ours.position(agree) != theirs.position(agree)
+    if relaid:
+        cut = before - ours.first_index + 1
+        prev_term = theirs.term_at(theirs.first_index - 1)
+        ours.reset(theirs.first_index, -1 if prev_term is None else prev_term, -1)
+    else:
+        cut = ours.truncate_after(agree)
     copied = 0
     while ours.last_index < theirs.last_index:
         run = theirs.entries(ours.last_index + 1, COPY_RUN_ENTRIES, COPY_RUN_BYTES)
         ours.append(run)
         copied += len(run)
-    return before, cut, copied
+    return before, cut, copied, relaid
 
 
 def _seal_store(root: Path, config: StoreConfig) -> int:

@@ -106,7 +106,7 @@ class DLedgerMessageStore(MessageStore):
         committed = load_commit_checkpoint(self.state_dir / "checkpoint")
         self.raft_log.open(committed)
         end = max(self.raft_log.write_pos, 0)
-        self.queues.recover(end)
+        self.queues.recover(end, self.commitlog.min_offset)
         if self._index_enabled:
             self.index.recover(end)
         checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)

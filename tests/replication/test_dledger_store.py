@@ -326,4 +326,17 @@ async def test_retention_deletes_committed_files_and_members_behind_it_are_insta
         assert await put_committed(installed, [msg(200)]) == [50]
         await wait_caught_up(fresh, installed)
         assert queue_bodies(fresh.store)[0][-2:] == [msg(196).body, msg(200).body]
+        for node in list(group.members):
+            await group.stop(node)
         nursery.cancel_scope.cancel()
+
+    # the seal lines the members up (the old leader still holds files the others deleted)
+    roots = [tmp_path / b.node for b in config.brokers]
+    sealed = await trio.to_thread.run_sync(seal_group, roots, store_config)
+    assert len({m.floor for m in sealed}) == 1
+    for root in roots:
+        async with open_message_store(root, store_config) as store:
+            bodies = queue_bodies(store)
+            assert bodies[0][-2:] == [msg(196).body, msg(200).body]
+            assert all(bodies[q][-len(expected[q]) - (q == 0):] == expected[q] + [msg(200).body] * (q == 0)
+                       for q in range(QUEUES))
