@@ -80,7 +80,7 @@ class Cluster:
 def write_cluster_config(path: Path, *, broker_ids: tuple[int, ...] = (0,), mode: str = "async",
                          store: str = "", broker: str = "", more_brokers: str = "",
                          acl: str = "", proxies: tuple[str, ...] = (), grpc: tuple[str, ...] = (),
-                         proxy: str = "") -> tuple[str, list[str]]:
+                         proxy: str = "", segment_size_bytes: int = 8388608) -> tuple[str, list[str]]:
     """A conf.toml with one name server and broker group ``broker-a`` of ``broker_ids`` on free
     loopback ports (``store``, ``broker`` and ``acl``: more lines for those tables;
     ``more_brokers``: more ``[[brokers]]`` tables; ``proxies``: a proxy listening on each
@@ -96,7 +96,7 @@ def write_cluster_config(path: Path, *, broker_ids: tuple[int, ...] = (0,), mode
 [cluster]
 data_dir = "data"
 [store]
-segment_size_bytes = 8388608
+segment_size_bytes = {segment_size_bytes}
 index_slots = 10007
 index_entries = 40000
 {store}

@@ -104,7 +104,7 @@ def slave_fields(slave: RuntimeInfo | None, master: RuntimeInfo | None, *, alive
 
 
 # `mqctl status` under replication.mode = "dledger": the raft view of each member
-RAFT_FIELDS = ("mode", "term", "leader", "commit_index", "last_index", "watermark", "state")
+RAFT_FIELDS = ("mode", "term", "leader", "first_index", "commit_index", "last_index", "watermark", "state")
 RAFT_COLUMNS = RAFT_FIELDS
 
 
@@ -114,8 +114,9 @@ def raft_leader_info(member_infos: Sequence[RuntimeInfo | None]) -> RuntimeInfo 
 
 
 def raft_fields(info: RuntimeInfo | None, leader: RuntimeInfo | None, *, alive: bool) -> dict[str, Any]:
-    """A raft member's row: its role, term, the leader it knows, commit and last index, and
-    the index the leader knows it holds (its watermark)."""
+    """A raft member's row: its role, term, the leader it knows, its first (retention deletes
+    before it), commit and last index, and the index the leader knows it holds (its
+    watermark)."""
     fields = dict.fromkeys(RAFT_FIELDS) | {"mode": "dledger"}
     if not alive:
         return fields | {"role": "down", "state": "down"}
@@ -123,6 +124,7 @@ def raft_fields(info: RuntimeInfo | None, leader: RuntimeInfo | None, *, alive: 
         return fields | {"state": "not answering"}
     role = info.get("haRole", "")
     fields |= {"role": role, "term": int(info["raftTerm"]), "leader": info.get("raftLeader") or None,
+               "first_index": int(info.get("raftFirstIndex", 0)),
                "commit_index": int(info.get("raftCommitIndex", -1)), "last_index": int(info.get("raftLastIndex", -1))}
     if leader is not None:
         try:
@@ -134,6 +136,8 @@ def raft_fields(info: RuntimeInfo | None, leader: RuntimeInfo | None, *, alive: 
         state = "leading"
     elif role == "leader":
         state = "leading (committing its first entry)"
+    elif fields["last_index"] < int(info.get("raftInstallEnd", -1)):
+        state = f"installing from {fields['leader'] or 'the leader'}"
     elif fields["leader"]:
         behind = None if fields["watermark"] is None or leader is None else \
             int(leader.get("raftLastIndex", 0)) - fields["watermark"]

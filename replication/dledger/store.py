@@ -17,8 +17,8 @@ Switching a master-slave store to raft keeps its classic segments: they are reco
 dispatched as before, then the raft data begins at the next segment start (``dledger/base``),
 so every old physical offset, queue offset and consumer offset stays valid.
 
-Retention deletes whole data files, oldest first, once they are past ``retention_hours`` and
-every entry in them is committed, on this member's disk and dispatched
+Retention deletes whole data files, oldest first, once their last record was stored more than
+``retention_hours`` ago and every entry in them is committed, on this member's disk and dispatched
 (:func:`replication.dledger.retention.deletable_through`); the raft log then begins at the next
 file's first entry (``dledger/start``, written first). A member installed from its leader (it
 needed entries the leader had deleted) drops its data files, ConsumeQueues and key index and
@@ -55,7 +55,7 @@ from core.store.store_types import PutResult, RecoveryReport, StoreHooks
 from formats import dledger
 from formats.errors import FormatError
 from formats.properties import index_keys
-from formats.record import MessageRecord, prepare_record, write_record
+from formats.record import OFF_SYSFLAG, MessageRecord, prepare_record, store_timestamp_offset, write_record
 from formats.segments import parse_segment_name
 from replication.dledger.disk_log import (
     DiskRaftLog,
@@ -70,6 +70,8 @@ from replication.dledger.retention import deletable_through
 log = logging.getLogger(__name__)
 
 _ENTRY_HEAD = struct.Struct(">iiqq")  # magic, size, raft index, term
+_SYSFLAG = struct.Struct(">i")
+_STAMP = struct.Struct(">q")
 Proposer = Callable[[list[bytes]], "list[int] | Code"]
 
 
@@ -259,18 +261,35 @@ class DLedgerMessageStore(MessageStore):
         files = raft_log.data.files
         out: list[MappedFile] = []
         for f, nxt in zip(files, files[1:]):
-            if f.path.stat().st_mtime > cutoff:
+            if nxt.start <= raft_log.base:  # a classic segment of an earlier master-slave era
+                if f.path.stat().st_mtime > cutoff:
+                    break
+                out.append(f)
+                continue
+            try:  # a raft data file: its entries end where the next file's begin
+                last_in_f = dledger.decode_header(nxt.view, 0).raft_index - 1
+            except FormatError:
                 break
-            if nxt.start > raft_log.base:  # a raft data file: its entries end where the next file's begin
-                try:
-                    last_in_f = dledger.decode_header(nxt.view, 0).raft_index - 1
-                except FormatError:
-                    break
-                applied = last_in_f if self.reput_offset >= nxt.start else -1
-                if last_in_f > deletable_through(self.committed_index, raft_log.durable_index, applied):
-                    break
+            applied = last_in_f if self.reput_offset >= nxt.start else -1
+            if last_in_f > deletable_through(self.committed_index, raft_log.durable_index, applied):
+                break
+            if self._written_at(f, last_in_f) > cutoff:
+                break
             out.append(f)
         return out
+
+    def _written_at(self, f: MappedFile, last_index: int) -> float:
+        """When the leader stored the last record in data file ``f`` (the file's mtime when its
+        last entry is a no-op): the same on every member, so a member installed or caught up
+        late deletes a file when its leader does, not a retention period after it arrived
+        (RocketMQ ages a replica's files by their mtime)."""
+        entry = self.raft_log.entry(last_index)
+        if entry is not None and entry.magic == dledger.MAGIC_NORMAL and len(entry.body) >= OFF_SYSFLAG + 4:
+            sysflag = _SYSFLAG.unpack_from(entry.body, OFF_SYSFLAG)[0]
+            at = store_timestamp_offset(sysflag)
+            if len(entry.body) >= at + 8:
+                return _STAMP.unpack_from(entry.body, at)[0] / 1000
+        return f.path.stat().st_mtime
 
     def _log_reset(self) -> None:
         """The raft log was installed anew (it continues at the leader's first retained

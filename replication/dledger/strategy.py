@@ -118,6 +118,7 @@ class DLedgerReplication:
             "haMode": "dledger", "haRole": driver.role.value if not self._leading else "leader",
             "raftMember": driver.id, "raftTerm": str(driver.term), "raftLeader": leader or "",
             "raftLeaderAddr": self.peers.get(leader, "") if leader else "",
+            "raftFirstIndex": str(self.store.raft_log.first_index), "raftInstallEnd": str(self.store.raft_log.install_end),
             "raftCommitIndex": str(driver.commit_index), "raftLastIndex": str(self.store.raft_log.last_index),
             "raftWritable": str(self._leading).lower(),
             "raftWatermarks": orjson.dumps(node.watermarks() if node is not None else {}).decode(),
