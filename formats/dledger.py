@@ -11,11 +11,12 @@ Big-endian, 48-byte header, then the body (one message record of formats.record)
   24     8  pos         physical position of this entry in the data files
   32     4  channel
   36     4  chainCrc    (DLedger writes 0)
-  40     4  bodyCrc     (DLedger writes 0)
+  40     4  bodyCrc     crc32 of the body (mqctl writes it, DLedger writes 0: 0 = unchecked)
   44     4  bodyLen
   48     n  body
 ```
-The wrapped record's PHYSICALOFFSET is ``pos + 48``. A data file ends with padding
+The wrapped record's PHYSICALOFFSET is ``pos + 48``. The body CRC lets recovery tell an
+entry whose body was torn by a power loss (its header written, a later sector not). A data file ends with padding
 ``[int32 -1][int32 remaining bytes]`` (magic first, unlike the CommitLog BLANK).
 The index file holds 32-byte entries ``[magic:4][pos:8][size:4][index:8][term:8]``.
 """
@@ -23,6 +24,7 @@ The index file holds 32-byte entries ``[magic:4][pos:8][size:4][index:8][term:8]
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import NamedTuple
 
 from formats.buffers import WritableBytes
@@ -67,13 +69,27 @@ class DLedgerIndexEntry(NamedTuple):
 def encode_entry(index: int, term: int, pos: int, body: bytes, *, magic: int = MAGIC_NORMAL,
                  channel: int = 0) -> bytes:
     """A whole entry (header and body)."""
-    return encode_header(index, term, pos, len(body), magic=magic, channel=channel) + body
+    return encode_header(index, term, pos, len(body), magic=magic, channel=channel, body_crc=body_crc(body)) + body
 
 
 def encode_header(index: int, term: int, pos: int, body_len: int, *, magic: int = MAGIC_NORMAL,
-                  channel: int = 0) -> bytes:
+                  channel: int = 0, body_crc: int = 0) -> bytes:
     """The 48-byte header of an entry whose body is ``body_len`` bytes."""
-    return _HEADER.pack(magic, HEADER_SIZE + body_len, index, term, pos, channel, 0, 0, body_len)
+    return _HEADER.pack(magic, HEADER_SIZE + body_len, index, term, pos, channel, 0, body_crc, body_len)
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """The bodyCrc field of an entry with this body, as a signed int32."""
+    crc = zlib.crc32(body)
+    return crc - (1 << 32) if crc >= 1 << 31 else crc
+
+
+def body_intact(buf: bytes | WritableBytes, pos: int, header: DLedgerHeader) -> bool:
+    """Whether the body of the entry at ``pos`` matches its header's CRC (0: not recorded)."""
+    if header.body_crc == 0:
+        return True
+    start = pos + HEADER_SIZE
+    return body_crc(memoryview(buf)[start: start + header.body_len]) == header.body_crc
 
 
 def decode_header(buf: bytes | WritableBytes, pos: int = 0) -> DLedgerHeader:

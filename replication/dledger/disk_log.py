@@ -20,7 +20,8 @@ of a group writes the same entries at the same positions (same segment size), so
 leader pushes are the bytes a follower stores.
 
 Writes go to mapped files and become durable at :meth:`DiskRaftLog.sync`; recovery keeps the
-longest prefix of index entries whose data headers agree with them. The ``start`` file is
+longest prefix of index entries whose data headers agree with them and whose bodies match
+their CRC. The ``start`` file is
 written (and synced) before any file it makes obsolete is deleted.
 """
 
@@ -114,7 +115,8 @@ class DiskRaftLog:
             head = dledger.decode_header(mf.view, ix.pos - mf.start)
         except FormatError:
             return False
-        return (head.raft_index, head.term, head.size, head.pos) == (i, ix.term, ix.size, ix.pos)
+        return (head.raft_index, head.term, head.size, head.pos) == (i, ix.term, ix.size, ix.pos) \
+            and dledger.body_intact(mf.view, ix.pos - mf.start, head)
 
     def _set_end(self, last: int) -> None:
         self._last = last
@@ -230,7 +232,8 @@ class DiskRaftLog:
                 self._pad(pos, placed)
                 chunk_at = pos = placed
             body = _with_own_offset(e.body, pos + dledger.HEADER_SIZE) if e.magic == dledger.MAGIC_NORMAL else e.body
-            parts += (dledger.encode_header(e.index, e.term, pos, len(body), magic=e.magic), body)
+            parts += (dledger.encode_header(e.index, e.term, pos, len(body), magic=e.magic,
+                                            body_crc=dledger.body_crc(body)), body)
             index_parts.append(dledger.encode_index_fields(e.magic, pos, size, e.index, e.term))
             pos += size
             last, last_term = e.index, e.term

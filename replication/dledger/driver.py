@@ -35,9 +35,9 @@ from replication.dledger.disk_log import (
     save_hard_state,
     sync_files,
 )
-from replication.dledger.messages import Code, HeartBeat, Message, PushEntry
+from replication.dledger.messages import Code, Message
 from replication.dledger.quorum import Completion
-from replication.dledger.raft_node import RaftNode, RaftSettings, Ready, Role
+from replication.dledger.raft_node import RaftNode, RaftSettings, Ready, Role, early_messages
 from replication.dledger.transport import RaftTransport
 
 log = logging.getLogger(__name__)
@@ -188,18 +188,11 @@ class RaftDriver:
             cuts = self.log.cuts
             synced = self.log.last_index
             files = self.log.take_dirty_files() if self.settings.sync_appends else []
-            messages = ready.messages
+            early, messages = early_messages(ready, bool(files))
+            for dst, msg in early:  # a leader's pushes go out while it syncs; answers wait
+                self.transport.send(dst, msg)
             if ready.hard_state is not None:
                 await trio.to_thread.run_sync(save_hard_state, self._state_dir / "currterm", ready.hard_state)
-            elif files:
-                # a leader's pushes and heartbeats claim nothing about its disk: they go out while
-                # it syncs (Raft section 10.2.1); answers wait for the sync
-                messages = []
-                for dst, msg in ready.messages:
-                    if isinstance(msg, (PushEntry, HeartBeat)):
-                        self.transport.send(dst, msg)
-                    else:
-                        messages.append((dst, msg))
             if files:
                 await trio.to_thread.run_sync(sync_files, files)
             for dst, msg in messages:

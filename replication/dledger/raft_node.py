@@ -90,6 +90,20 @@ class Ready:
     term: int
 
 
+def early_messages(ready: Ready, log_dirty: bool) -> tuple[list[tuple[str, Message]], list[tuple[str, Message]]]:
+    """Split a Ready's messages into those that may leave before the log sync and those that
+    wait for it: a leader's pushes and heartbeats claim nothing about its own disk (Raft
+    section 10.2.1; the leader counts itself only once synced), so they go at once unless the
+    term and vote must reach the disk first. The broker's driver and the simulator both use it."""
+    if ready.hard_state is not None or not log_dirty:
+        return [], ready.messages
+    early: list[tuple[str, Message]] = []
+    late: list[tuple[str, Message]] = []
+    for dst, msg in ready.messages:
+        (early if isinstance(msg, (PushEntry, HeartBeat)) else late).append((dst, msg))
+    return early, late
+
+
 class RaftNode:
     """One member of a raft group of ``peers`` (every member's id, this one's included)."""
 

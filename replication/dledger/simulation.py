@@ -26,15 +26,19 @@ import dataclasses
 import heapq
 import itertools
 import random
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from replication.dledger.dispatcher import PushLimits
 from replication.dledger.messages import Code, Message, PushEntry, PushKind, PushResponse
 from replication.dledger.raft_log import Entry, MemoryLog, _LogImage
-from replication.dledger.raft_node import HardState, RaftNode, RaftSettings, Role
+from replication.dledger.raft_node import HardState, RaftNode, RaftSettings, Role, early_messages
 from replication.dledger.retention import deletable_through
+from replication.dledger.sim_disk import DiskModelLog, DiskSnapshot, RecoveryViolation
 
 
 class InvariantViolation(AssertionError):
@@ -61,6 +65,7 @@ class FaultPlan:
     retain_every_s: float = 0.0
     retain_entries: int = 0
     install_crash_p: float = 0.0  # an INSTALL sent: the chance that its sender or receiver crashes soon after
+    disk_log: bool = False  # the nodes run the real DiskRaftLog, and a crash tears unsynced writes
 
     @classmethod
     def random(cls, rng: random.Random) -> FaultPlan:
@@ -78,10 +83,12 @@ class FaultPlan:
         """This plan with retention drawn from ``rng`` (a stream of its own, so the plans and
         schedules of seeds without retention stay what they were)."""
         return dataclasses.replace(self, retain_every_s=rng.choice((0.0, 0.0, 0.2, 1.0)),
-                                   retain_entries=rng.choice((0, 3, 40)), install_crash_p=rng.choice((0.0, 0.5)))
+                                   retain_entries=rng.choice((0, 3, 40)), install_crash_p=rng.choice((0.0, 0.5)),
+                                   disk_log=rng.random() < 0.25)
 
 
 STALL_STEPS_MAX = 20_000
+DISK_SEGMENT_SIZE = 4096  # small data files: entries roll over, pad and get deleted often
 SIM_SETTINGS = RaftSettings(push=PushLimits(max_pending=64, batch_count=8, push_timeout_s=0.3))
 
 
@@ -97,7 +104,7 @@ class SimConfig:
 @dataclass
 class _Sync:
     done_at: float
-    snapshot: _LogImage
+    snapshot: _LogImage | DiskSnapshot
     hard: HardState
     commit_index: int
     messages: list[tuple[str, Message]]
@@ -106,7 +113,7 @@ class _Sync:
 @dataclass
 class SimNode:
     id: str
-    log: MemoryLog = field(default_factory=MemoryLog)
+    log: MemoryLog | DiskModelLog = field(default_factory=MemoryLog)
     durable_hard: HardState = field(default_factory=lambda: HardState(0, None))
     checkpoint_commit: int = -1
     raft: RaftNode | None = None
@@ -231,7 +238,8 @@ class Simulation:
         self.trace = trace
         self.now = 0.0
         self.ids = tuple(f"n{i}" for i in range(self.config.nodes))
-        self.nodes = {i: SimNode(i) for i in self.ids}
+        self._disk_dir = tempfile.mkdtemp(prefix="raft-sim-") if self.plan.disk_log else None
+        self.nodes = {i: SimNode(i, self._log_of(i)) for i in self.ids}
         self.invariants = Invariants(len(self.ids))
         self._events: list[tuple[float, int, str, tuple]] = []
         self._seq = itertools.count()
@@ -241,9 +249,24 @@ class Simulation:
         self._believed_leader: str | None = None
         self.steps = 0
         self.stats = {"acked": 0, "refused": 0, "timeouts": 0, "crashes": 0, "partitions": 0, "elections": 0,
-                      "retained": 0, "installs": 0, "crashes_installing": 0, "new_leaders_installing": 0}
+                      "retained": 0, "installs": 0, "crashes_installing": 0, "new_leaders_installing": 0,
+                      "power_losses": 0}
         for node in self.nodes.values():
             self._boot(node)
+
+    def _log_of(self, node_id: str) -> MemoryLog | DiskModelLog:
+        if self._disk_dir is None:
+            return MemoryLog()
+        rng = random.Random(self.seed * 7_001 + self.ids.index(node_id))
+        return DiskModelLog(Path(self._disk_dir) / node_id, DISK_SEGMENT_SIZE, rng)
+
+    def close(self) -> None:
+        """Remove the nodes' files (disk-log runs)."""
+        if self._disk_dir is not None:
+            for node in self.nodes.values():
+                node.log.close()  # type: ignore[union-attr]
+            shutil.rmtree(self._disk_dir, ignore_errors=True)
+            self._disk_dir = None
 
     # ------------------------------------------------------------------ scheduling
 
@@ -374,7 +397,14 @@ class Simulation:
             self.stats["crashes_installing"] += 1
         node.raft = None
         node.incarnation += 1  # its sync in flight never finishes
-        node.log.crash()
+        if isinstance(node.log, DiskModelLog):
+            self.stats["power_losses"] += 1
+            try:
+                node.log.power_loss(node.checkpoint_commit)
+            except RecoveryViolation as exc:
+                self.invariants.fail(f"{node.id}: {exc}")
+        else:
+            node.log.crash()
         self.stats["crashes"] += 1
         self._log(f"{node.id} crashes: disk keeps log to {node.log.last_index}, term {node.durable_hard.term}")
         self.invariants.check_durable(list(self.nodes.values()))
@@ -451,7 +481,10 @@ class Simulation:
                 self.stats["acked"] += 1
             else:
                 self.stats["timeouts"] += 1
-        node.outbox.extend(ready.messages)
+        early, late = early_messages(ready, node.log.dirty)
+        for dst, msg in early:  # as the broker's driver does: a leader's pushes before its own sync
+            self._send(node.id, dst, msg)
+        node.outbox.extend(late)
         if ready.hard_state is not None:
             node.unsaved_hard = ready.hard_state
         self._start_sync(node)
@@ -555,6 +588,8 @@ def run_seed(seed: int, config: SimConfig | None = None, *, trace: bool = False)
         tail = "\n".join(lines[-60:])
         raise InvariantViolation(f"seed {seed} at t={sim.now:.4f} (step {sim.steps}, {sim.fault_plan}): {exc}"
                                  + (f"\n{tail}" if tail else "")) from None
+    finally:
+        sim.close()
 
 
 def _seed_range(text: str) -> range:
