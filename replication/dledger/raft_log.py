@@ -311,6 +311,9 @@ class MemoryLog:
             self._durable = self.snapshot()
         return self.last_index
 
+    def process_crash(self, trusted_through: int) -> None:
+        """The process dies, the machine does not: the page cache keeps every write."""
+
     def crash(self) -> None:
         """Back to the last synced state: unsynced appends and truncations are lost."""
         d = self._durable

@@ -150,6 +150,24 @@ class DiskModelLog:
         self.model.make_durable(snapshot.image)
         self._durable_bytes.update(snapshot.files)
 
+    def sync(self) -> int:
+        """Count every write as kept (store.flush = "async": the page cache survives a process
+        crash); the files are not synced."""
+        return self.model.sync()
+
+    def process_crash(self, trusted_through: int) -> None:
+        """The process dies, the machine does not: the files stay as written; recovery must
+        find exactly the log it had."""
+        self.disk.close()
+        self.disk = DiskRaftLog(self.root, self.segment_size, index_file_entries=256)
+        self.disk.open(trusted_through)
+        model = self.model
+        found = (self.disk.first_index, self.disk.last_index, self.disk.install_end)
+        if found != (model.first_index, model.last_index, model.install_end) or any(
+                self.disk.entry(i) != model.entry(i) for i in range(model.first_index, model.last_index + 1)):
+            raise RecoveryViolation(f"after a process crash the log is {found}, not "
+                                    f"{(model.first_index, model.last_index, model.install_end)} as written")
+
     # ------------------------------------------------------------------ power loss
 
     def power_loss(self, trusted_through: int) -> None:

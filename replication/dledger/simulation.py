@@ -66,6 +66,9 @@ class FaultPlan:
     retain_entries: int = 0
     install_crash_p: float = 0.0  # an INSTALL sent: the chance that its sender or receiver crashes soon after
     disk_log: bool = False  # the nodes run the real DiskRaftLog, and a crash tears unsynced writes
+    # store.flush = "async": appends are answered from the page cache (no log sync before an
+    # answer); a crash is a process crash, which the page cache survives
+    async_flush: bool = False
 
     @classmethod
     def random(cls, rng: random.Random) -> FaultPlan:
@@ -84,7 +87,7 @@ class FaultPlan:
         schedules of seeds without retention stay what they were)."""
         return dataclasses.replace(self, retain_every_s=rng.choice((0.0, 0.0, 0.2, 1.0)),
                                    retain_entries=rng.choice((0, 3, 40)), install_crash_p=rng.choice((0.0, 0.5)),
-                                   disk_log=rng.random() < 0.25)
+                                   disk_log=rng.random() < 0.25, async_flush=rng.random() < 0.25)
 
 
 STALL_STEPS_MAX = 20_000
@@ -397,7 +400,12 @@ class Simulation:
             self.stats["crashes_installing"] += 1
         node.raft = None
         node.incarnation += 1  # its sync in flight never finishes
-        if isinstance(node.log, DiskModelLog):
+        if self.plan.async_flush:  # a process crash: the page cache keeps every write
+            try:
+                node.log.process_crash(node.checkpoint_commit)
+            except RecoveryViolation as exc:
+                self.invariants.fail(f"{node.id}: {exc}")
+        elif isinstance(node.log, DiskModelLog):
             self.stats["power_losses"] += 1
             try:
                 node.log.power_loss(node.checkpoint_commit)
@@ -428,7 +436,7 @@ class Simulation:
         self._faults_on = False
         self._cut.clear()
         self.plan = FaultPlan(delay_max_s=0.002, disk_sync_max_s=0.002, retain_every_s=self.plan.retain_every_s,
-                              retain_entries=self.plan.retain_entries)
+                              retain_entries=self.plan.retain_entries, async_flush=self.plan.async_flush)
         for node in self.nodes.values():
             if node.raft is None:
                 self._boot(node)
@@ -481,6 +489,8 @@ class Simulation:
                 self.stats["acked"] += 1
             else:
                 self.stats["timeouts"] += 1
+        if self.plan.async_flush:
+            node.log.sync()  # in the page cache: what a process crash keeps
         early, late = early_messages(ready, node.log.dirty)
         for dst, msg in early:  # as the broker's driver does: a leader's pushes before its own sync
             self._send(node.id, dst, msg)
@@ -490,9 +500,20 @@ class Simulation:
         self._start_sync(node)
 
     def _start_sync(self, node: SimNode) -> None:
+        raft = node.raft
+        assert raft is not None
+        if self.plan.async_flush and node.sync is None and node.unsaved_hard is None:
+            # the driver without sync_appends: nothing waits for the log, only for term and vote
+            outbox, node.outbox = node.outbox, []
+            for dst, msg in outbox:
+                self._send(node.id, dst, msg)
+            if raft.synced_index < node.log.last_index or outbox:
+                node.checkpoint_commit = max(node.checkpoint_commit, raft.commit_index)
+                raft.log_synced(node.log.last_index, self.now)
+                self._after_input(node)
+            return
         if node.sync is not None or not (node.outbox or node.unsaved_hard or node.log.dirty):
             return
-        assert node.raft is not None
         hard = node.unsaved_hard or node.durable_hard
         node.sync = _Sync(self.now + self.rng.uniform(0, self.plan.disk_sync_max_s), node.log.snapshot(), hard,
                           node.raft.commit_index, node.outbox)
