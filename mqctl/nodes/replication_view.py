@@ -136,7 +136,7 @@ def raft_fields(info: RuntimeInfo | None, leader: RuntimeInfo | None, *, alive: 
         state = "leading"
     elif role == "leader":
         state = "leading (committing its first entry)"
-    elif fields["last_index"] < int(info.get("raftInstallEnd", -1)):
+    elif int(info.get("raftLastIndex", -1)) < int(info.get("raftInstallEnd", -1)):
         state = f"installing from {fields['leader'] or 'the leader'}"
     elif fields["leader"]:
         behind = None if fields["watermark"] is None or leader is None else \

@@ -15,8 +15,9 @@ most ``max_pending`` entries past the follower's watermark, and pushes again fro
 watermark when a batch stays unanswered for ``push_timeout_s``. While the follower lags more
 than ``throttle_point_bytes`` behind, pushes to it are held to ``quota_bytes_per_s``. Every
 push carries the commit index; with nothing to append, a COMMIT push goes out when the commit
-index moved or ``commit_interval_s`` passed. COMPARE and TRUNCATE carry a sequence number the
-answer echoes, so a late answer to an earlier one cannot move the walk.
+index moved or ``commit_interval_s`` passed. COMPARE, TRUNCATE and INSTALL carry a sequence
+number the answer echoes, so a late answer to an earlier one cannot move the walk; APPEND and
+COMMIT pushes carry the latest one, so an answer to a push from before it cannot either.
 
 When the follower needs entries retention deleted here (the walk goes below our first entry,
 or the follower falls behind it while we append), an INSTALL tells it to drop its log and
@@ -99,13 +100,13 @@ class EntryDispatcher:
             size = body_bytes(batch)
             self.pending[first] = (len(batch), now, size)
             self._quota_used += size
-            out.append(PushEntry(self.term, self.leader, PushKind.APPEND, first, batch, commit_index))
+            out.append(PushEntry(self.term, self.leader, PushKind.APPEND, first, batch, commit_index, self._seq))
             self.write_index = first + len(batch)
         if out:
             self._commit_sent, self._commit_sent_at = commit_index, now
         elif commit_index != self._commit_sent or now >= self._commit_sent_at + self.limits.commit_interval_s:
             self._commit_sent, self._commit_sent_at = commit_index, now
-            out.append(PushEntry(self.term, self.leader, PushKind.COMMIT, -1, (), commit_index))
+            out.append(PushEntry(self.term, self.leader, PushKind.COMMIT, -1, (), commit_index, self._seq))
         return out
 
     def _to_install(self) -> None:
@@ -164,8 +165,11 @@ class EntryDispatcher:
     def on_response(self, resp: PushResponse, log: RaftLog) -> int | None:
         """Apply the follower's answer; returns its new watermark when it moved."""
         self.follower_end = resp.end_index
-        if resp.kind is not PushKind.APPEND and resp.kind is not PushKind.COMMIT and resp.seq != self._seq:
-            return None  # a late answer to an earlier COMPARE or TRUNCATE: the follower moved on since
+        if resp.seq != self._seq and (resp.seq or (resp.kind is not PushKind.APPEND and resp.kind is not PushKind.COMMIT)):
+            # a late answer to an earlier COMPARE or TRUNCATE, or to a push from before the latest
+            # one: the follower moved on since (an APPEND answer may name entries a later
+            # TRUNCATE cut). Sequence 0 is a peer that does not echo it on pushes (older mqctl).
+            return None
         if resp.kind is PushKind.COMPARE and self.state is DispatchState.COMPARE and resp.index == self.compare_index:
             self._request_out_at = None
             if resp.code is Code.SUCCESS:

@@ -16,6 +16,10 @@ continue from the leader's first retained entry and appends the run it carries, 
 follower holds a committed entry at or after it: then it agrees with the leader there, and the
 answer sends the leader back to COMPARE.
 
+APPEND and COMMIT answers echo the request's sequence number too (the leader's latest
+COMPARE/TRUNCATE/INSTALL when it pushed): an answer computed before a later TRUNCATE cut the
+entries it names, but sent after, must not move the leader's watermark past what this log holds.
+
 The follower only commits entries it knows match the current leader's log (``matched_index``,
 established by a TRUNCATE in this term and extended by APPENDs): a stale tail from an older
 term is never marked committed because the leader's commit index has passed its length.
@@ -83,8 +87,9 @@ class EntryHandler:
                 continue
             if writes and now >= min(w.arrived for w in writes.values()) + self.gap_timeout_s:
                 first = min(writes)  # a gap before it has been open too long: start over
+                stuck_seq = writes[first].request.seq
                 writes.clear()
-                out.append(self._answer(PushKind.APPEND, Code.INCONSISTENT_STATE, first, log))
+                out.append(self._answer(PushKind.APPEND, Code.INCONSISTENT_STATE, first, log, seq=stuck_seq))
             break
         return out
 
@@ -113,8 +118,12 @@ class EntryHandler:
             if req.index >= 0 and log.term_at(req.index) is None:
                 return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log, seq=req.seq)
             # entries up to the commit index are the leader's too (every leader holds every
-            # committed entry): keep them, and say so, rather than cut and fetch them again
+            # committed entry): keep them, and say so, rather than cut and fetch them again;
+            # so are entries of the leader's own term (one leader a term, log matching): cutting
+            # them would unsay an acknowledgement the leader has counted towards a commit
             keep = max(req.index, min(commit_index, log.last_index))
+            while keep < log.last_index and log.term_at(keep + 1) == req.term:
+                keep += 1
             log.truncate_after(keep)
             self._writes.clear()
             self.matched_index = keep
@@ -124,8 +133,8 @@ class EntryHandler:
         if self.matched_index == NOT_MATCHED:
             # restarted (or wiped) since the leader matched this log: have it compare again, or
             # an idle leader would only ever send COMMITs it cannot apply here
-            return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
-        return self._answer(req.kind, Code.SUCCESS, req.index, log)  # COMMIT: noted in offer
+            return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log, seq=req.seq)
+        return self._answer(req.kind, Code.SUCCESS, req.index, log, seq=req.seq)  # COMMIT: noted in offer
 
     def _install(self, req: PushEntry, log: RaftLog, commit_index: int) -> PushResponse:
         if min(commit_index, log.last_index) >= req.index:
@@ -138,16 +147,16 @@ class EntryHandler:
 
     def _append(self, req: PushEntry, log: RaftLog) -> PushResponse:
         if self.matched_index == NOT_MATCHED:
-            return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
+            return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log, seq=req.seq)
         entries = req.entries  # indexes req.index, req.index + 1, ...
         held = max(0, min(len(entries), log.last_index + 1 - req.index))  # those the log has already
         if req.index > log.last_index + 1:
-            return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
+            return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log, seq=req.seq)
         for i in range(max(0, log.first_index - req.index), held):  # those before first_index: committed
             if log.term_at(req.index + i) != term_of(entries, i):  # not after this term's TRUNCATE
-                return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log)
+                return self._answer(req.kind, Code.INCONSISTENT_STATE, req.index, log, seq=req.seq)
         if held < len(entries):
             log.append(entries[held:])
         end = req.index + len(entries) - 1
         self.matched_index = max(self.matched_index, end)
-        return self._answer(req.kind, Code.SUCCESS, req.index, log, len(req.entries))
+        return self._answer(req.kind, Code.SUCCESS, req.index, log, len(req.entries), seq=req.seq)

@@ -32,13 +32,15 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from random import Random
+from typing import Any
 
 from replication.dledger.dispatcher import PushLimits
 from replication.dledger.messages import Code, Message, PushEntry, PushKind, PushResponse
-from replication.dledger.raft_log import Entry, MemoryLog, _LogImage
+from replication.dledger.raft_log import Entry, MemoryLog
 from replication.dledger.raft_node import HardState, RaftNode, RaftSettings, Role, early_messages
 from replication.dledger.retention import deletable_through
-from replication.dledger.sim_disk import DiskModelLog, DiskSnapshot, RecoveryViolation
+from replication.dledger.sim_disk import DiskModelLog, RecoveryViolation
 
 
 class InvariantViolation(AssertionError):
@@ -82,7 +84,7 @@ class FaultPlan:
             disk_sync_max_s=rng.choice((0.001, 0.01, 0.05)),
         )
 
-    def with_retention(self, rng: random.Random) -> FaultPlan:
+    def with_retention(self, rng: Random) -> FaultPlan:
         """This plan with retention drawn from ``rng`` (a stream of its own, so the plans and
         schedules of seeds without retention stay what they were)."""
         return dataclasses.replace(self, retain_every_s=rng.choice((0.0, 0.0, 0.2, 1.0)),
@@ -107,7 +109,7 @@ class SimConfig:
 @dataclass
 class _Sync:
     done_at: float
-    snapshot: _LogImage | DiskSnapshot
+    snapshot: Any  # what the node's log's snapshot() gave: _LogImage (MemoryLog) or DiskSnapshot
     hard: HardState
     commit_index: int
     messages: list[tuple[str, Message]]
@@ -516,7 +518,7 @@ class Simulation:
             return
         hard = node.unsaved_hard or node.durable_hard
         node.sync = _Sync(self.now + self.rng.uniform(0, self.plan.disk_sync_max_s), node.log.snapshot(), hard,
-                          node.raft.commit_index, node.outbox)
+                          raft.commit_index, node.outbox)
         node.outbox, node.unsaved_hard = [], None
         self._at(node.sync.done_at, "sync_done", node.id, node.incarnation)
 

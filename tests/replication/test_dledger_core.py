@@ -93,12 +93,40 @@ def test_a_push_deadline_fires_at_the_exact_wakeup_time():
 
 
 def test_truncate_below_the_commit_index_keeps_the_committed_prefix():
-    log = log_of(1, 1, 1, 1, 1, 1)
-    h = EntryHandler("b", 1, max_pending=10, gap_timeout_s=1.0)
-    h.offer(PushEntry(1, "a", PushKind.TRUNCATE, 2, (), commit_index=4, seq=9), now=0.0)
+    log = log_of(1, 1, 1, 1, 1, 1)  # from the leader of term 1; the leader of term 2 truncates
+    h = EntryHandler("b", 2, max_pending=10, gap_timeout_s=1.0)
+    h.offer(PushEntry(2, "a", PushKind.TRUNCATE, 2, (), commit_index=4, seq=9), now=0.0)
     (resp,) = h.process(log, commit_index=4, now=0.0)
     assert (resp.code, resp.end_index, resp.seq) == (Code.SUCCESS, 4, 9)
     assert log.last_index == 4 and h.matched_index == 4
+
+
+def test_truncate_keeps_entries_of_the_leaders_own_term():
+    # seed 4277: a follower acknowledged entries 3-4 of term 2, then a TRUNCATE at 2 (the leader
+    # compared again after a gap) cut them, while the leader had counted them towards a commit
+    log = log_of(1, 1, 1, 2, 2)
+    h = EntryHandler("b", 2, max_pending=10, gap_timeout_s=1.0)
+    h.offer(PushEntry(2, "a", PushKind.TRUNCATE, 2, (), commit_index=1, seq=4), now=0.0)
+    (resp,) = h.process(log, commit_index=1, now=0.0)
+    assert (resp.code, resp.end_index) == (Code.SUCCESS, 4) and log.last_index == 4
+
+
+def test_an_answer_to_a_push_from_before_the_latest_truncate_moves_nothing():
+    log = log_of(1, 1, 1, 1, 1)
+    d = EntryDispatcher("a", "b", 1, PushLimits(), log)
+    (compare,) = d.pushes(log, commit_index=2, now=0.0)
+    d.on_response(PushResponse(1, "b", PushKind.COMPARE, Code.SUCCESS, 4, 4, seq=compare.seq), log)
+    (truncate,) = d.pushes(log, commit_index=2, now=0.0)
+    assert d.on_response(PushResponse(1, "b", PushKind.TRUNCATE, Code.SUCCESS, 4, 4, seq=truncate.seq), log) == 4
+    log.append([Entry(i, 1, b"x") for i in range(5, 10)])
+    (append,) = d.pushes(log, commit_index=2, now=0.0)
+    assert append.kind is PushKind.APPEND and append.seq == truncate.seq
+    gap = PushResponse(1, "b", PushKind.APPEND, Code.INCONSISTENT_STATE, 5, 4, seq=append.seq)
+    d.on_response(gap, log)  # the follower reported a gap: a new round begins
+    (again,) = d.pushes(log, commit_index=2, now=0.0)
+    assert again.kind is PushKind.COMPARE and again.seq > truncate.seq
+    late = PushResponse(1, "b", PushKind.APPEND, Code.SUCCESS, 5, 9, count=5, seq=append.seq)
+    assert d.on_response(late, log) is None and d.watermark == 4
 
 
 def test_appends_apply_in_order_and_a_gap_left_open_is_reported():
@@ -135,9 +163,9 @@ def test_a_duplicated_truncate_arriving_late_cuts_nothing_the_follower_acknowled
     h.offer(truncate, 0.1)  # the duplicate
     assert h.process(log, commit_index=1, now=0.1) == []
     assert log.last_index == 4 and log.term_at(4) == 2
-    h.offer(PushEntry(2, "a", PushKind.TRUNCATE, 3, (), commit_index=1, seq=2), 0.2)  # a new round still cuts
+    h.offer(PushEntry(2, "a", PushKind.TRUNCATE, 3, (), commit_index=1, seq=2), 0.2)  # a new round is served,
     assert [r.code for r in h.process(log, commit_index=1, now=0.2)] == [Code.SUCCESS]
-    assert log.last_index == 3
+    assert log.last_index == 4  # and keeps what the leader of term 2 wrote
 
 
 def test_a_follower_never_commits_a_tail_it_has_not_matched():

@@ -138,6 +138,8 @@ REGRESSIONS = {
     157: "a node with an empty log kept raising the term and stopped the others from electing (pre-vote)",
     7: "TRUNCATE from a compare below the follower's commit index (it now keeps its committed prefix)",
     246: "a power loss tore an entry's body after its header reached the disk; recovery kept it (body CRC now)",
+    4277: "a TRUNCATE cut entries of the leader's own term that the follower had acknowledged (counted already)",
+    7152: "the same, with retention on: an APPEND answer sent after the cut named entries no longer held",
 }
 
 

@@ -50,6 +50,14 @@ class Group:
         self.members: dict[str, DLedgerReplication] = {}
         self.scopes: dict[str, trio.CancelScope] = {}
 
+    @classmethod
+    async def started(cls, tmp_path: Path, config: Config, nursery: trio.Nursery) -> Group:
+        """A group with every member of ``config`` started."""
+        group = cls(tmp_path, config, nursery)
+        for node in config.brokers:
+            await group.start(node)
+        return group
+
     async def start(self, node: BrokerNode) -> None:
         scope = trio.CancelScope()
 
@@ -109,9 +117,7 @@ def queue_bodies(store: MessageStore) -> dict[int, list[bytes]]:
 async def test_members_commit_dispatch_fail_over_and_catch_up(tmp_path, small_store_config):
     config = group_config(small_store_config, 3)
     async with trio.open_nursery() as nursery:
-        group = Group(tmp_path, config, nursery)
-        for node in config.brokers:
-            await group.start(node)
+        group = await Group.started(tmp_path, config, nursery)
         leader = await group.leader()
         assert leader.broker_id == 0
         assert await put_committed(leader, [msg(i) for i in range(40)]) == [i // QUEUES for i in range(40)]
@@ -224,9 +230,7 @@ async def test_a_sealed_raft_group_continues_as_master_and_slaves_and_can_go_bac
     config = group_config(small_store_config, 3)
     roots = [tmp_path / b.node for b in config.brokers]
     async with trio.open_nursery() as nursery:
-        group = Group(tmp_path, config, nursery)
-        for node in config.brokers:
-            await group.start(node)
+        group = await Group.started(tmp_path, config, nursery)
         leader = await group.leader()
         assert await put_committed(leader, [msg(i) for i in range(24)]) == [i // QUEUES for i in range(24)]
         lagging = next(n for n in group.members if n != leader.node.node)
@@ -252,9 +256,7 @@ async def test_a_sealed_raft_group_continues_as_master_and_slaves_and_can_go_bac
 
     # back to raft: the sealed era and the classic records after it stay readable
     async with trio.open_nursery() as nursery:
-        group = Group(tmp_path, config, nursery)
-        for node in config.brokers:
-            await group.start(node)
+        group = await Group.started(tmp_path, config, nursery)
         leader = await group.leader()
         assert leader.store.raft_log.base == floor + small_store_config.segment_size_bytes
         assert await put_committed(leader, [msg(32)]) == [8]
@@ -280,9 +282,7 @@ async def test_retention_deletes_committed_files_and_members_behind_it_are_insta
     store_config = dataclasses.replace(small_store_config, segment_size_bytes=8192)
     config = group_config(store_config, 3)
     async with trio.open_nursery() as nursery:
-        group = Group(tmp_path, config, nursery)
-        for node in config.brokers:
-            await group.start(node)
+        group = await Group.started(tmp_path, config, nursery)
         leader = await group.leader()
         await put_committed(leader, [msg(i) for i in range(60)])
         behind = next(n for n in config.brokers if n.node != leader.node.node)
