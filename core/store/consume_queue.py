@@ -94,12 +94,28 @@ class ConsumeQueue:
             mf.zero_from(max(0, index * CQ_ENTRY_SIZE - mf.start))
 
     def _correct_min(self, log_min: int) -> None:
-        index = self.min_index
+        """Begin at the first entry pointing at or past ``log_min``. From where the queue
+        begins now (the log's start only grows), a file at a time: a file whose last entry
+        points below it is passed whole (a queue's entries point forward in the log), the one
+        the start falls in is decoded in one pass."""
+        index = max(self.min_index, self.min_offset)
         while index < self.max_offset:
-            entry = self.entry(index)
-            if entry is not None and not entry.is_padding and entry.phys_offset >= log_min:
-                break
-            index += 1
+            mf = self.files.find(index * CQ_ENTRY_SIZE)
+            if mf is None:  # a hole between files: go on at the next file
+                mf = next((f for f in self.files.files if f.start > index * CQ_ENTRY_SIZE), None)
+                if mf is None:
+                    break
+                index = mf.start // CQ_ENTRY_SIZE
+                continue
+            stop = min(self.max_offset, mf.end // CQ_ENTRY_SIZE)
+            last = decode_cq_entry(mf.view, (stop - 1) * CQ_ENTRY_SIZE - mf.start)
+            if last.is_padding or last.phys_offset >= log_min:
+                at = index * CQ_ENTRY_SIZE - mf.start
+                for i, entry in decode_cq_entries(mf.view[at: stop * CQ_ENTRY_SIZE - mf.start], index):
+                    if not entry.is_padding and entry.phys_offset >= log_min:
+                        self.min_offset = i
+                        return
+            index = stop
         self.min_offset = index
 
     def ensure_room(self, queue_offset: int) -> MappedFile:
