@@ -22,7 +22,6 @@ which the group must have a leader whose log holds every acknowledged append.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import heapq
 import itertools
 import random
@@ -30,204 +29,20 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from random import Random
-from typing import Any
 
-from replication.dledger.dispatcher import PushLimits
-from replication.dledger.messages import Code, Message, PushEntry, PushKind, PushResponse
-from replication.dledger.raft_log import Entry, MemoryLog
-from replication.dledger.raft_node import HardState, RaftNode, RaftSettings, Role, early_messages
+from replication.dledger.messages import Code, Message, PushEntry, PushKind
+from replication.dledger.raft_log import MemoryLog
+from replication.dledger.raft_node import RaftNode, Role, early_messages
 from replication.dledger.retention import deletable_through
 from replication.dledger.sim_disk import DiskModelLog, RecoveryViolation
+from replication.dledger.sim_faults import FaultPlan, SimConfig
+from replication.dledger.sim_invariants import Invariants, InvariantViolation, SimNode, SimSync
 
-
-class InvariantViolation(AssertionError):
-    """A safety or liveness property did not hold."""
-
-
-@dataclass(frozen=True, slots=True)
-class FaultPlan:
-    """How hostile one run is; :meth:`random` draws one from a seed."""
-
-    drop_p: float = 0.0
-    duplicate_p: float = 0.0
-    delay_min_s: float = 0.0005
-    delay_max_s: float = 0.005
-    long_delay_p: float = 0.0  # some messages take up to long_delay_s: they arrive reordered
-    long_delay_s: float = 0.3
-    crash_every_s: float = 0.0  # mean time between crashes (0: none)
-    down_max_s: float = 2.0
-    partition_every_s: float = 0.0  # mean time between partitions (0: none)
-    partition_max_s: float = 3.0
-    disk_sync_max_s: float = 0.004
-    # retention: a node deletes its committed, synced prefix about this often (0: never),
-    # keeping at least retain_entries of it; lagging members then need an INSTALL
-    retain_every_s: float = 0.0
-    retain_entries: int = 0
-    install_crash_p: float = 0.0  # an INSTALL sent: the chance that its sender or receiver crashes soon after
-    disk_log: bool = False  # the nodes run the real DiskRaftLog, and a crash tears unsynced writes
-    # store.flush = "async": appends are answered from the page cache (no log sync before an
-    # answer); a crash is a process crash, which the page cache survives
-    async_flush: bool = False
-
-    @classmethod
-    def random(cls, rng: random.Random) -> FaultPlan:
-        return cls(
-            drop_p=rng.choice((0.0, 0.01, 0.05, 0.15)),
-            duplicate_p=rng.choice((0.0, 0.02, 0.1)),
-            delay_max_s=rng.choice((0.002, 0.01, 0.05)),
-            long_delay_p=rng.choice((0.0, 0.01, 0.05)),
-            crash_every_s=rng.choice((0.0, 1.5, 4.0)),
-            partition_every_s=rng.choice((0.0, 2.0, 5.0)),
-            disk_sync_max_s=rng.choice((0.001, 0.01, 0.05)),
-        )
-
-    def with_retention(self, rng: Random) -> FaultPlan:
-        """This plan with retention drawn from ``rng`` (a stream of its own, so the plans and
-        schedules of seeds without retention stay what they were)."""
-        return dataclasses.replace(self, retain_every_s=rng.choice((0.0, 0.0, 0.2, 1.0)),
-                                   retain_entries=rng.choice((0, 3, 40)), install_crash_p=rng.choice((0.0, 0.5)),
-                                   disk_log=rng.random() < 0.25, async_flush=rng.random() < 0.25)
-
+__all__ = ["FaultPlan", "InvariantViolation", "Invariants", "SimConfig", "SimNode", "Simulation", "run_seed"]
 
 STALL_STEPS_MAX = 20_000
 DISK_SEGMENT_SIZE = 4096  # small data files: entries roll over, pad and get deleted often
-SIM_SETTINGS = RaftSettings(push=PushLimits(max_pending=64, batch_count=8, push_timeout_s=0.3))
-
-
-@dataclass
-class SimConfig:
-    nodes: int = 3
-    fault_s: float = 6.0  # faults and proposals
-    quiet_s: float = 8.0  # then healed, no faults, no proposals
-    propose_every_s: float = 0.02
-    settings: RaftSettings = SIM_SETTINGS
-
-
-@dataclass
-class _Sync:
-    done_at: float
-    snapshot: Any  # what the node's log's snapshot() gave: _LogImage (MemoryLog) or DiskSnapshot
-    hard: HardState
-    commit_index: int
-    messages: list[tuple[str, Message]]
-
-
-@dataclass
-class SimNode:
-    id: str
-    log: MemoryLog | DiskModelLog = field(default_factory=MemoryLog)
-    durable_hard: HardState = field(default_factory=lambda: HardState(0, None))
-    checkpoint_commit: int = -1
-    raft: RaftNode | None = None
-    incarnation: int = 0
-    outbox: list[tuple[str, Message]] = field(default_factory=list)
-    unsaved_hard: HardState | None = None
-    sync: _Sync | None = None
-    proposals: dict[int, bytes] = field(default_factory=dict)
-    checked_commit: int = -1
-    role: Role = Role.FOLLOWER
-    term: int = 0
-
-
-class Invariants:
-    """Safety checks over the whole group, updated step by step."""
-
-    def __init__(self, peers: int) -> None:
-        self.majority = peers // 2 + 1
-        self.leaders: dict[int, str] = {}  # term -> its leader
-        self.committed: dict[int, Entry] = {}  # index -> the entry committed there
-        self.entry_facts: dict[tuple[int, int], tuple[bytes, int, int]] = {}  # (index, term) -> body, magic, prev term
-        self.acked: dict[int, bytes] = {}  # index -> body of an acknowledged append
-
-    def fail(self, what: str) -> None:
-        raise InvariantViolation(what)
-
-    def check_node(self, node: SimNode) -> None:
-        raft = node.raft
-        assert raft is not None
-        log = node.log
-        # log matching: an (index, term) pair pins the body and the term before it
-        start = log.changed_from
-        for i in range(max(start, log.first_index), log.last_index + 1):
-            e = log.entry(i)
-            assert e is not None
-            prev = log.term_at(i - 1) if i > 0 else -1
-            fact = (e.body, e.magic, -1 if prev is None else prev)
-            known = self.entry_facts.setdefault((i, e.term), fact)
-            if known != fact:
-                self.fail(f"log matching: {node.id} holds a different entry {i} of term {e.term} "
-                          f"(or a different one before it)")
-        log.changed_from = log.last_index + 1
-        # one leader per term
-        if raft.role is Role.LEADER:
-            other = self.leaders.setdefault(raft.term, node.id)
-            if other != node.id:
-                self.fail(f"two leaders in term {raft.term}: {other} and {node.id}")
-            if node.role is not Role.LEADER or node.term != raft.term:
-                self._check_leader_complete(node)
-        node.role, node.term = raft.role, raft.term
-        # committed entries never change; a node's commit index never goes back while it runs
-        if raft.commit_index < node.checked_commit:
-            self.fail(f"{node.id}'s commit index went back from {node.checked_commit} to {raft.commit_index}")
-        for i in range(node.checked_commit + 1, raft.commit_index + 1):
-            if i < log.first_index:  # installed past it: the leader had committed and deleted it
-                if i not in self.committed:
-                    self.fail(f"{node.id} calls entry {i} committed, below its first entry, but no node committed it")
-                continue
-            held = log.entry(i)
-            if held is None:
-                self.fail(f"{node.id} calls entry {i} committed but does not hold it")
-            assert held is not None
-            first = self.committed.setdefault(i, held)
-            if first != held:
-                self.fail(f"committed entry {i} changed: {first} on one node, {held} on {node.id}")
-        node.checked_commit = raft.commit_index
-
-    def _check_leader_complete(self, node: SimNode) -> None:
-        for i, e in self.committed.items():
-            if i >= node.log.first_index and node.log.entry(i) != e:
-                self.fail(f"leader completeness: new leader {node.id} of term {node.term} lacks committed entry {i}")
-
-    def check_ack(self, node: SimNode, index: int, body: bytes) -> None:
-        e = self.committed.get(index)
-        if e is None or e.body != body:
-            self.fail(f"{node.id} acknowledged entry {index} that is not committed there ({e})")
-        self.acked[index] = body
-
-    def check_durable(self, nodes: list[SimNode]) -> None:
-        """Every committed entry is on the disks of a majority (or deleted by retention, which
-        deletes only what is committed: :meth:`check_retained`)."""
-        for i, e in self.committed.items():
-            held = sum(1 for n in nodes if n.log.durable.start > i or n.log.durable.entry(i) == e)
-            if held < self.majority:
-                self.fail(f"committed entry {i} is durable on {held} nodes only")
-
-    def check_retained(self, node: SimNode, upto: int) -> None:
-        """Retention on ``node`` is about to delete its entries through ``upto``: each must be
-        committed (the entry every node commits there) and synced."""
-        raft = node.raft
-        assert raft is not None
-        if upto > raft.commit_index:
-            self.fail(f"{node.id} deletes entries through {upto}, past its commit index {raft.commit_index}")
-        if upto > node.log.durable.last_index:
-            self.fail(f"{node.id} deletes entries through {upto}, past what its disk holds")
-        for i in range(node.log.first_index, upto + 1):
-            if self.committed.get(i) != node.log.entry(i):
-                self.fail(f"{node.id} deletes entry {i}, which is not the committed entry {i}")
-
-    def check_answer(self, node: SimNode, msg: Message) -> None:
-        """An answer that tells the leader this node holds entries up to ``end_index`` leaves
-        only once its disk holds them (the leader counts them towards a commit)."""
-        if not isinstance(msg, PushResponse) or msg.code is not Code.SUCCESS or msg.kind is PushKind.COMMIT \
-                or msg.kind is PushKind.COMPARE:
-            return
-        durable = node.log.durable
-        if msg.end_index >= durable.start and durable.entry(msg.end_index) is None:
-            self.fail(f"{node.id} answers {msg.kind.value} holding entries to {msg.end_index}, but its disk "
-                      f"holds them to {durable.last_index}")
 
 
 class Simulation:
@@ -517,7 +332,7 @@ class Simulation:
         if node.sync is not None or not (node.outbox or node.unsaved_hard or node.log.dirty):
             return
         hard = node.unsaved_hard or node.durable_hard
-        node.sync = _Sync(self.now + self.rng.uniform(0, self.plan.disk_sync_max_s), node.log.snapshot(), hard,
+        node.sync = SimSync(self.now + self.rng.uniform(0, self.plan.disk_sync_max_s), node.log.snapshot(), hard,
                           raft.commit_index, node.outbox)
         node.outbox, node.unsaved_hard = [], None
         self._at(node.sync.done_at, "sync_done", node.id, node.incarnation)
