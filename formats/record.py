@@ -264,6 +264,15 @@ def store_timestamp_offset(sysflag: int) -> int:
     return OFF_BORNHOST + host_width(sysflag, sf.BORNHOST_V6)
 
 
+def read_store_timestamp(buf: bytes | memoryview) -> int | None:
+    """STORETIMESTAMP of the record ``buf`` begins with, without decoding the rest (None: too
+    short to hold one)."""
+    if len(buf) < OFF_SYSFLAG + 4:
+        return None
+    at = store_timestamp_offset(_I32.unpack_from(buf, OFF_SYSFLAG)[0])
+    return _I64.unpack_from(buf, at)[0] if len(buf) >= at + 8 else None
+
+
 def patch_store_fields(
     buf: bytearray, queue_offset: int, phys_offset: int, store_timestamp: int
 ) -> None:

@@ -100,13 +100,12 @@ class ConsumeQueue:
         the start falls in is decoded in one pass."""
         index = max(self.min_index, self.min_offset)
         while index < self.max_offset:
-            mf = self.files.find(index * CQ_ENTRY_SIZE)
-            if mf is None:  # a hole between files: go on at the next file
-                mf = next((f for f in self.files.files if f.start > index * CQ_ENTRY_SIZE), None)
-                if mf is None:
-                    break
-                index = mf.start // CQ_ENTRY_SIZE
-                continue
+            mf = self._file_from(index)
+            if mf is None:
+                break
+            index = max(index, mf.start // CQ_ENTRY_SIZE)
+            if index >= self.max_offset:
+                break
             stop = min(self.max_offset, mf.end // CQ_ENTRY_SIZE)
             last = decode_cq_entry(mf.view, (stop - 1) * CQ_ENTRY_SIZE - mf.start)
             if last.is_padding or last.phys_offset >= log_min:
@@ -117,6 +116,12 @@ class ConsumeQueue:
                         return
             index = stop
         self.min_offset = index
+
+    def _file_from(self, index: int) -> MappedFile | None:
+        """The file holding entry ``index``, or after a hole between files the next one."""
+        at = index * CQ_ENTRY_SIZE
+        mf = self.files.find(at)
+        return mf if mf is not None else next((f for f in self.files.files if f.start > at), None)
 
     def ensure_room(self, queue_offset: int) -> MappedFile:
         """The file that will hold ``queue_offset``, created if needed (may raise DiskFullError)."""
@@ -197,13 +202,12 @@ class ConsumeQueue:
         start = max(index, self.min_offset, self.min_index)
         end = min(self.max_offset, start + count)
         while start < end:  # a file's run of entries at a time, decoded in one pass
-            mf = self.files.find(start * CQ_ENTRY_SIZE)
-            if mf is None:  # a hole between files: go on at the next file
-                mf = next((f for f in self.files.files if f.start > start * CQ_ENTRY_SIZE), None)
-                if mf is None:
-                    return
-                start = mf.start // CQ_ENTRY_SIZE
-                continue
+            mf = self._file_from(start)
+            if mf is None:
+                return
+            start = max(start, mf.start // CQ_ENTRY_SIZE)
+            if start >= end:
+                return
             stop = min(end, mf.end // CQ_ENTRY_SIZE)
             at = start * CQ_ENTRY_SIZE - mf.start
             for i, entry in decode_cq_entries(mf.view[at : at + (stop - start) * CQ_ENTRY_SIZE], start):

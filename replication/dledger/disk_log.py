@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from core.store.mapped_file import MappedFile, MappedFileQueue
@@ -343,15 +343,32 @@ class DiskRaftLog:
             raise ValueError(f"the log cannot begin at {pos}: not the start of a data file it holds")
         head = dledger.decode_header(mf.view, 0)
         start = head.raft_index
-        if start == self._start and pos == self._start_pos:
-            return start  # recorded already (an earlier retention kept files it could not archive)
-        if not self._start < start <= self._last:
-            raise ValueError(f"the entry at {pos} is {start}, not after the first entry {self._start}")
+        if start <= self._start:
+            # what lies before it is below the start already (files a retention could not
+            # archive, or unlinks a power loss undid): nothing to record
+            return self._start
+        if start > self._last:
+            raise ValueError(f"the entry at {pos} is {start}, past the last entry {self._last}")
         self._save_start(start, self._index_entry(start - 1).term, pos, self._install_end)
         at = start * dledger.INDEX_ENTRY_SIZE
         while len(self.index.files) > 1 and self.index.files[0].end <= at:
             self.index.drop_first()
         return start
+
+    def closed_files(self) -> Iterator[tuple[MappedFile, int]]:
+        """The raft data files the log does not end in, oldest first, each with the index of
+        its last entry (the next file's first entry - 1): what retention chooses from."""
+        files = self.data.files
+        for f, nxt in zip(files, files[1:]):
+            if nxt.start <= self.base:
+                continue  # a classic segment of an earlier master-slave era
+            if nxt.start > self.write_pos:
+                return
+            try:
+                first = dledger.decode_header(nxt.view, 0).raft_index
+            except FormatError:
+                return
+            yield f, first - 1
 
     def _save_start(self, start: int, prev_term: int, pos: int, install_end: int) -> None:
         write_properties(self._state_path, {"startIndex": str(start), "prevTerm": str(prev_term),

@@ -18,12 +18,12 @@ and checkpoint files are written with fsync and rename, so they survive as writt
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from formats import dledger
 from replication.dledger.disk_log import DiskRaftLog
 from replication.dledger.raft_log import Entry, MemoryLog, _LogImage
 
@@ -105,19 +105,13 @@ class DiskModelLog:
     def compact(self, upto: int) -> int:
         """Retention as the store does it: delete the data files whose entries all lie at or
         before ``upto``; returns the last index deleted (maybe less than ``upto``)."""
-        files = self.disk.data.files
-        keep = None
-        for f in files[1:]:
-            first = dledger.decode_header(f.view, 0).raft_index
-            if first - 1 > upto or f.start > self.disk.write_pos:
-                break
-            keep = f
-        if keep is None or dledger.decode_header(keep.view, 0).raft_index <= self.disk.first_index:
+        gone = [f for f, last in itertools.takewhile(lambda fl: fl[1] <= upto, self.disk.closed_files())]
+        if not gone:
             return self.disk.first_index - 1
-        start = self.disk.begin_at(keep.start)
-        while files[0] is not keep:
+        start = self.disk.begin_at(self.disk.data.files[len(gone)].start)
+        for _ in gone:
             self.disk.data.drop_first()
-        self.model.compact(start - 1)
+        self.model.compact(start - 1)  # nothing when they all lay below the start already
         return start - 1
 
     # ------------------------------------------------------------------ what the simulator asks

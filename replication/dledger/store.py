@@ -53,9 +53,8 @@ from core.store.message_store import (
 )
 from core.store.store_types import PutResult, RecoveryReport, StoreHooks
 from formats import dledger
-from formats.errors import FormatError
 from formats.properties import index_keys
-from formats.record import OFF_SYSFLAG, MessageRecord, prepare_record, store_timestamp_offset, write_record
+from formats.record import MessageRecord, prepare_record, read_store_timestamp, write_record
 from formats.segments import parse_segment_name
 from replication.dledger.disk_log import (
     DiskRaftLog,
@@ -70,8 +69,6 @@ from replication.dledger.retention import deletable_through
 log = logging.getLogger(__name__)
 
 _ENTRY_HEAD = struct.Struct(">iiqq")  # magic, size, raft index, term
-_SYSFLAG = struct.Struct(">i")
-_STAMP = struct.Struct(">q")
 Proposer = Callable[[list[bytes]], "list[int] | Code"]
 
 
@@ -258,22 +255,17 @@ class DLedgerMessageStore(MessageStore):
     def _retirable_files(self, now: float) -> list[MappedFile]:
         cutoff = now - self.config.retention_hours * 3600
         raft_log = self.raft_log
-        files = raft_log.data.files
         out: list[MappedFile] = []
-        for f, nxt in zip(files, files[1:]):
-            if nxt.start <= raft_log.base:  # a classic segment of an earlier master-slave era
-                if f.path.stat().st_mtime > cutoff:
-                    break
-                out.append(f)
-                continue
-            try:  # a raft data file: its entries end where the next file's begin
-                last_in_f = dledger.decode_header(nxt.view, 0).raft_index - 1
-            except FormatError:
+        for f in raft_log.data.files[:-1]:  # classic segments of an earlier master-slave era first
+            if f.end > raft_log.base:
                 break
-            applied = last_in_f if self.reput_offset >= nxt.start else -1
-            if last_in_f > deletable_through(self.committed_index, raft_log.durable_index, applied):
-                break
-            if self._written_at(f, last_in_f) > cutoff:
+            if f.path.stat().st_mtime > cutoff:
+                return out
+            out.append(f)
+        for f, last in raft_log.closed_files():
+            applied = last if self.reput_offset >= f.end else -1
+            if last > deletable_through(self.committed_index, raft_log.durable_index, applied) \
+                    or self._written_at(f, last) > cutoff:
                 break
             out.append(f)
         return out
@@ -284,12 +276,8 @@ class DLedgerMessageStore(MessageStore):
         late deletes a file when its leader does, not a retention period after it arrived
         (RocketMQ ages a replica's files by their mtime)."""
         entry = self.raft_log.entry(last_index)
-        if entry is not None and entry.magic == dledger.MAGIC_NORMAL and len(entry.body) >= OFF_SYSFLAG + 4:
-            sysflag = _SYSFLAG.unpack_from(entry.body, OFF_SYSFLAG)[0]
-            at = store_timestamp_offset(sysflag)
-            if len(entry.body) >= at + 8:
-                return _STAMP.unpack_from(entry.body, at)[0] / 1000
-        return f.path.stat().st_mtime
+        stamp = read_store_timestamp(entry.body) if entry is not None and entry.magic == dledger.MAGIC_NORMAL else None
+        return f.path.stat().st_mtime if stamp is None else stamp / 1000
 
     def _log_reset(self) -> None:
         """The raft log was installed anew (it continues at the leader's first retained
