@@ -13,8 +13,8 @@ from core.plugin_manager import PluginHost
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
 from core.proxy.front_door import FrontDoor
+from core.proxy.grpc.server import serve_grpc
 from core.proxy.grpc_clients import GrpcClients
-from core.proxy.grpc_server import serve_grpc
 from core.proxy.grpc_service import MessagingService
 from core.remoting.client import open_remoting_client, split_address
 from core.remoting.server import serve_remoting
@@ -42,7 +42,9 @@ async def serve_proxy(
             nursery.start_soon(clients.expire_silent)
             service = MessagingService(front, clients, config.proxy, acl)
             front.grpc = service
-            got = await nursery.start(serve_grpc, service, node.grpc_listen)
+            got = await nursery.start(lambda task_status: serve_grpc(
+                service, node.grpc_listen, connections_max=config.broker.limits.connections_max,
+                task_status=task_status))
             log.info("proxy %s: RocketMQ 5 clients (gRPC) on %s, port %d", node.name, node.grpc_listen, got)
         listeners: list[tuple[str | None, str]] = [(None, node.listen), *doors.listens.items()]
         bound = 0

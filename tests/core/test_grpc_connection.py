@@ -1,0 +1,173 @@
+"""The gRPC door's HTTP/2 connection, sans-IO: frames in, call events and frames out."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+
+from core.proxy.grpc.connection import (
+    GRPC_RESOURCE_EXHAUSTED,
+    STREAM_WINDOW,
+    STREAMS_MAX,
+    CallCancelled,
+    CallHalfClosed,
+    CallMessage,
+    CallOpened,
+    GrpcConnection,
+    grpc_timeout,
+)
+from formats import http2 as h2
+from formats.hpack import HpackDecoder, encode_literal
+
+PATH = "/apache.rocketmq.v2.MessagingService/SendMessage"
+
+
+def request_headers(path: str = PATH, **extra: str) -> bytes:
+    fields = {":method": "POST", ":scheme": "http", ":path": path, ":authority": "proxy",
+              "content-type": "application/grpc", "te": "trailers", "x-mq-client-id": "c1", **extra}
+    return b"".join(encode_literal(k.encode(), v.encode()) for k, v in fields.items())
+
+
+def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    out, pos = [], 0
+    while pos < len(data):
+        length, kind, flags, sid = h2.parse_header(data, pos)
+        out.append((kind, flags, sid, data[pos + 9:pos + 9 + length]))
+        pos += 9 + length
+    return out
+
+
+def opened(conn: GrpcConnection, sid: int = 1, *, ends: bool = False, **extra: str) -> list:
+    flags = h2.END_HEADERS | (h2.END_STREAM if ends else 0)
+    return conn.receive(h2.frame(h2.HEADERS, flags, sid, request_headers(**extra)))
+
+
+def started() -> GrpcConnection:
+    conn = GrpcConnection(message_max=1 << 20)
+    assert conn.receive(h2.PREFACE + h2.settings({})) == []
+    kinds = [f[0] for f in frames(conn.data_to_send())]
+    assert kinds == [h2.SETTINGS, h2.WINDOW_UPDATE, h2.SETTINGS]  # ours, the connection's window, the ACK
+    return conn
+
+
+def trailers_of(conn: GrpcConnection) -> dict[bytes, bytes]:
+    decoder = HpackDecoder()
+    headers = [f for f in frames(conn.data_to_send()) if f[0] == h2.HEADERS]
+    return dict(decoder.decode(headers[-1][3]))
+
+
+def test_a_unary_call_opens_carries_one_message_and_half_closes() -> None:
+    conn = started()
+    events = opened(conn, **{"grpc-timeout": "10S"})
+    assert events == [CallOpened(1, PATH, {k: v for k, v in [
+        ("content-type", "application/grpc"), ("te", "trailers"), ("x-mq-client-id", "c1"),
+        ("grpc-timeout", "10S")]}, 10.0)]
+    body = h2.grpc_message(b"hello")
+    events = conn.receive(h2.frame(h2.DATA, 0, 1, body[:3]) + h2.frame(h2.DATA, h2.END_STREAM, 1, body[3:]))
+    assert events == [CallMessage(1, b"hello"), CallHalfClosed(1)]
+    assert conn.send_message(1, b"answer")
+    conn.finish(1, 0)
+    out = frames(conn.data_to_send())
+    assert [(k, f) for k, f, _, _ in out] == [(h2.HEADERS, h2.END_HEADERS), (h2.DATA, 0),
+                                               (h2.HEADERS, h2.END_HEADERS | h2.END_STREAM)]
+    assert out[1][3] == h2.grpc_message(b"answer")
+    assert dict(HpackDecoder().decode(out[0][3] + out[2][3]))[b"grpc-status"] == b"0"
+    assert not conn.send_message(1, b"late")  # the call is over
+
+
+def test_an_answer_waits_for_the_clients_window() -> None:
+    conn = started()
+    conn.receive(h2.settings({h2.SETTINGS_INITIAL_WINDOW_SIZE: 10}))
+    opened(conn, ends=True)
+    conn.data_to_send()
+    conn.send_message(1, b"x" * 30)
+    conn.finish(1, 0)
+    sent = [f for f in frames(conn.data_to_send()) if f[0] == h2.DATA]
+    assert sum(len(f[3]) for f in sent) == 10 and conn.queued(1) == 1  # the trailers wait too
+    conn.receive(h2.window_update(1, 100))
+    out = frames(conn.data_to_send())
+    assert sum(len(f[3]) for f in out if f[0] == h2.DATA) == 25
+    assert out[-1][0] == h2.HEADERS and out[-1][1] & h2.END_STREAM
+
+
+def test_a_message_over_the_limit_is_refused_and_the_call_dropped() -> None:
+    conn = started()
+    conn.data_to_send()
+    opened(conn)
+    events = conn.receive(h2.frame(h2.DATA, 0, 1, struct.pack(">BI", 0, (1 << 20) + 1)))
+    assert events == [CallCancelled(1)]
+    assert trailers_of(conn)[b"grpc-status"] == str(GRPC_RESOURCE_EXHAUSTED).encode()
+
+
+def test_a_gzip_message_is_inflated_and_a_bomb_is_refused() -> None:
+    conn = started()
+    opened(conn, **{"grpc-encoding": "gzip"})
+    packed = gzip.compress(b"payload")
+    events = conn.receive(h2.frame(h2.DATA, h2.END_STREAM, 1, struct.pack(">BI", 1, len(packed)) + packed))
+    assert events == [CallMessage(1, b"payload"), CallHalfClosed(1)]
+    conn.data_to_send()
+    opened(conn, 3, **{"grpc-encoding": "gzip"})
+    bomb = gzip.compress(b"\0" * (4 << 20))  # 4 MiB from a few KiB
+    events = conn.receive(h2.frame(h2.DATA, h2.END_STREAM, 3, struct.pack(">BI", 1, len(bomb)) + bomb))
+    assert events == [CallCancelled(3)]
+    assert trailers_of(conn)[b"grpc-status"] == str(GRPC_RESOURCE_EXHAUSTED).encode()
+
+
+def test_streams_past_the_limit_are_refused() -> None:
+    conn = started()
+    conn.data_to_send()
+    for i in range(STREAMS_MAX):
+        opened(conn, 2 * i + 1)
+    assert opened(conn, 2 * STREAMS_MAX + 1) == []
+    kind, _, sid, payload = frames(conn.data_to_send())[-1]
+    assert (kind, sid, int.from_bytes(payload, "big")) == (h2.RST_STREAM, 2 * STREAMS_MAX + 1, h2.REFUSED_STREAM)
+
+
+def test_a_reset_cancels_the_call() -> None:
+    conn = started()
+    opened(conn)
+    assert conn.receive(h2.rst_stream(1, h2.CANCEL)) == [CallCancelled(1)]
+    assert not conn.send_message(1, b"x")
+
+
+def test_a_header_block_split_into_continuations_is_read_whole() -> None:
+    conn = started()
+    block = request_headers()
+    events = conn.receive(h2.frame(h2.HEADERS, 0, 1, block[:10]) + h2.frame(h2.CONTINUATION, 0, 1, block[10:20])
+                          + h2.frame(h2.CONTINUATION, h2.END_HEADERS, 1, block[20:]))
+    assert isinstance(events[0], CallOpened) and events[0].path == PATH
+
+
+def test_a_broken_connection_is_answered_goaway_and_cancels_its_calls() -> None:
+    conn = started()
+    opened(conn)
+    conn.data_to_send()
+    events = conn.receive(h2.frame(h2.DATA, 0, 1, b"x" * (h2.DEFAULT_FRAME_SIZE + 1)))
+    assert events == [CallCancelled(1)] and conn.closed
+    assert frames(conn.data_to_send())[-1][0] == h2.GOAWAY
+    bad = GrpcConnection(message_max=100)
+    bad.receive(b"GET / HTTP/1.1\r\n\r\n" + b"x" * 10)
+    assert bad.closed and frames(bad.data_to_send())[-1][0] == h2.GOAWAY
+
+
+def test_windows_are_granted_again_as_data_is_read() -> None:
+    conn = started()
+    opened(conn)
+    conn.data_to_send()
+    conn.receive(h2.frame(h2.DATA, 0, 1, struct.pack(">BI", 0, STREAM_WINDOW)))
+    chunk = h2.frame(h2.DATA, 0, 1, b"\0" * h2.DEFAULT_FRAME_SIZE)
+    for _ in range(STREAM_WINDOW // h2.DEFAULT_FRAME_SIZE):
+        conn.receive(chunk)
+    grants = [(sid, int.from_bytes(p, "big")) for kind, _, sid, p in frames(conn.data_to_send())
+              if kind == h2.WINDOW_UPDATE]
+    assert sum(n for sid, n in grants if sid == 1) >= STREAM_WINDOW // 2
+    assert not conn.closed
+
+
+def test_pings_are_answered_and_grpc_timeouts_parse() -> None:
+    conn = started()
+    conn.data_to_send()
+    conn.receive(h2.frame(h2.PING, 0, 0, b"12345678"))
+    assert frames(conn.data_to_send()) == [(h2.PING, h2.ACK, 0, b"12345678")]
+    assert grpc_timeout("100m") == 0.1 and grpc_timeout("8760H") == 8760 * 3600
+    assert grpc_timeout("") is None and grpc_timeout("123456789S") is None and grpc_timeout("5x") is None
