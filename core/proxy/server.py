@@ -16,6 +16,7 @@ from core.proxy.front_door import FrontDoor
 from core.proxy.grpc.server import serve_grpc
 from core.proxy.grpc_clients import GrpcClients
 from core.proxy.grpc_service import MessagingService
+from core.proxy.send_batches import SendBatches
 from core.remoting.client import open_remoting_client, split_address
 from core.remoting.server import serve_remoting
 
@@ -40,7 +41,7 @@ async def serve_proxy(
         if node.grpc_listen:
             clients = GrpcClients(nursery, config.proxy)
             nursery.start_soon(clients.expire_silent)
-            service = MessagingService(front, clients, config.proxy, acl)
+            service = MessagingService(front, clients, config.proxy, acl, SendBatches(nursery))
             front.grpc = service
             got = await nursery.start(lambda task_status: serve_grpc(
                 service, node.grpc_listen, connections_max=config.broker.limits.connections_max,

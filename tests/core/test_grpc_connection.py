@@ -64,7 +64,7 @@ def test_a_unary_call_opens_carries_one_message_and_half_closes() -> None:
         ("grpc-timeout", "10S")]}, 10.0)]
     body = h2.grpc_message(b"hello")
     events = conn.receive(h2.frame(h2.DATA, 0, 1, body[:3]) + h2.frame(h2.DATA, h2.END_STREAM, 1, body[3:]))
-    assert events == [CallMessage(1, b"hello"), CallHalfClosed(1)]
+    assert events == [CallMessage(1, b"hello", 10), CallHalfClosed(1)]
     assert conn.send_message(1, b"answer")
     conn.finish(1, 0)
     out = frames(conn.data_to_send())
@@ -104,7 +104,7 @@ def test_a_gzip_message_is_inflated_and_a_bomb_is_refused() -> None:
     opened(conn, **{"grpc-encoding": "gzip"})
     packed = gzip.compress(b"payload")
     events = conn.receive(h2.frame(h2.DATA, h2.END_STREAM, 1, struct.pack(">BI", 1, len(packed)) + packed))
-    assert events == [CallMessage(1, b"payload"), CallHalfClosed(1)]
+    assert events == [CallMessage(1, b"payload", 5 + len(packed)), CallHalfClosed(1)]
     conn.data_to_send()
     opened(conn, 3, **{"grpc-encoding": "gzip"})
     bomb = gzip.compress(b"\0" * (4 << 20))  # 4 MiB from a few KiB
@@ -150,18 +150,24 @@ def test_a_broken_connection_is_answered_goaway_and_cancels_its_calls() -> None:
     assert bad.closed and frames(bad.data_to_send())[-1][0] == h2.GOAWAY
 
 
-def test_windows_are_granted_again_as_data_is_read() -> None:
+def test_windows_are_granted_again_as_messages_are_taken_and_a_client_past_them_is_cut_off() -> None:
     conn = started()
     opened(conn)
     conn.data_to_send()
-    conn.receive(h2.frame(h2.DATA, 0, 1, struct.pack(">BI", 0, STREAM_WINDOW)))
-    chunk = h2.frame(h2.DATA, 0, 1, b"\0" * h2.DEFAULT_FRAME_SIZE)
+    message = h2.grpc_message(b"m" * (h2.DEFAULT_FRAME_SIZE - 5))
+    taken = []
     for _ in range(STREAM_WINDOW // h2.DEFAULT_FRAME_SIZE):
-        conn.receive(chunk)
-    grants = [(sid, int.from_bytes(p, "big")) for kind, _, sid, p in frames(conn.data_to_send())
-              if kind == h2.WINDOW_UPDATE]
-    assert sum(n for sid, n in grants if sid == 1) >= STREAM_WINDOW // 2
+        taken += conn.receive(h2.frame(h2.DATA, 0, 1, message))
+    assert not [f for f in frames(conn.data_to_send()) if f[0] == h2.WINDOW_UPDATE]  # nothing taken: no grant
+    for event in taken[:len(taken) // 2]:
+        conn.consumed(1, event.wire_size)
+    grants = {sid: int.from_bytes(p, "big") for kind, _, sid, p in frames(conn.data_to_send()) if kind == h2.WINDOW_UPDATE}
+    assert grants == {1: STREAM_WINDOW // 2}
+    for _ in range(STREAM_WINDOW // h2.DEFAULT_FRAME_SIZE // 2):  # the granted half is sent again
+        conn.receive(h2.frame(h2.DATA, 0, 1, message))
     assert not conn.closed
+    conn.receive(h2.frame(h2.DATA, 0, 1, message))  # one frame past the window
+    assert conn.closed and frames(conn.data_to_send())[-1][0] == h2.GOAWAY
 
 
 def test_pings_are_answered_and_grpc_timeouts_parse() -> None:

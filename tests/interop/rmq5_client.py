@@ -12,6 +12,9 @@ It runs in a child process with ``.venv/clients/rocketmq5`` first on PYTHONPATH 
     rmq5_client.py push ENDPOINTS GROUP TOPIC COUNT WAIT_S
     rmq5_client.py produce-steady ENDPOINTS TOPIC SECONDS STOP_FILE
     rmq5_client.py bench ENDPOINTS TOPIC GROUP COUNT SIZE
+    rmq5_client.py produce-many ENDPOINTS TOPIC OPTIONS_JSON
+                   OPTIONS: {name, groups, per_group, plain, inflight}: a thread per message group
+                   sending its messages one after another, and plain ones with send_async
 """
 
 from __future__ import annotations
@@ -29,8 +32,13 @@ def client_env(env: dict[str, str]) -> dict[str, str]:
     return with_client(env)
 
 
+_EMITTING = threading.Lock()  # rows come from the client's threads too: one whole line at a time
+
+
 def emit(**row: object) -> None:
-    print(json.dumps(row), flush=True)
+    line = json.dumps(row)
+    with _EMITTING:
+        print(line, flush=True)
 
 
 def shown(m) -> dict:  # a received message, as the tests compare it
@@ -211,6 +219,43 @@ def bench(endpoints: str, topic: str, group: str, count: int, size: int) -> None
     consumer.shutdown()
 
 
+def produce_many(endpoints: str, topic: str, options: dict) -> None:
+    """Many sends at once from one producer: each message group's in order on a thread of its
+    own (each send waits for the last), plain ones ``inflight`` at a time."""
+    from concurrent.futures import wait
+    producer = Producer5(config(endpoints), (topic,))
+    producer.startup()
+    name = options["name"]
+
+    def group_sender(g: int) -> None:
+        for i in range(options["per_group"]):
+            body = f"{name}-g{g}-{i}"
+            receipt = producer.send(message(topic, {"body": body, "group": f"{name}-g{g}"}))
+            emit(event="sent", id=receipt.message_id, body=body)
+
+    threads = [threading.Thread(target=group_sender, args=(g,)) for g in range(options["groups"])]
+    for t in threads:
+        t.start()
+    pending: set = set()
+    for i in range(options["plain"]):
+        while len(pending) >= options["inflight"]:
+            done, pending = wait(pending, return_when="FIRST_COMPLETED")
+        body = f"{name}-p{i}"
+        future = producer.send_async(message(topic, {"body": body}))
+        future.add_done_callback(lambda f, body=body: emit(event="sent", id=f.result().message_id, body=body)
+                                 if f.exception() is None else emit(event="failed", body=body, error=str(f.exception())))
+        pending.add(future)
+    wait(pending)
+    for t in threads:
+        t.join()
+    producer.shutdown()
+
+
+def Producer5(*args):  # noqa: N802 - the client's class, imported late (its package shadows the C++ one)
+    from rocketmq import Producer
+    return Producer(*args)
+
+
 def main(argv: list[str]) -> None:
     mode, args = argv[0], argv[1:]
     if mode == "produce":
@@ -221,6 +266,8 @@ def main(argv: list[str]) -> None:
         push(args[0], args[1], args[2], int(args[3]), float(args[4]))
     elif mode == "produce-steady":
         produce_steady(args[0], args[1], float(args[2]), args[3])
+    elif mode == "produce-many":
+        produce_many(args[0], args[1], json.loads(args[2]))
     elif mode == "bench":
         bench(args[0], args[1], args[2], int(args[3]), int(args[4]))
     else:

@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import trio
+
+from core.remoting.client import open_remoting_client
+from core.remoting.codes import RequestCode
+from core.remoting.command import RemotingCommand
+from formats.rocketmq_v2 import messaging_pb2 as pb
+from tests.interop.grpc_raw import RawGrpc
 
 from tests.conftest import child_env, running_cluster
 
@@ -40,6 +48,15 @@ def produce(cluster, name: str, specs: list[dict], **env: str) -> list[dict]:
     rows = cluster.rmq5("produce", cluster.grpc[0], name, json.dumps(specs), env=env)
     assert [r for r in rows if r["event"] == "failed"] == []
     return rows
+
+
+def proxy_counts(cluster) -> dict[str, str]:
+    """The proxy's runtime table (GET_BROKER_RUNTIME_INFO)."""
+    async def ask() -> dict[str, str]:
+        async with open_remoting_client() as client:
+            answer = await client.invoke(cluster.proxies[0], RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO))
+            return json.loads(answer.body)["table"]
+    return trio.run(ask)
 
 
 def consume(cluster, group: str, name: str, **options) -> list[dict]:
@@ -106,6 +123,50 @@ def test_fifo_messages_of_a_group_arrive_in_order_at_the_push_consumer(cluster):
     for g in ("ga", "gb", "gc"):
         bodies = [bytes.fromhex(r["body"]).decode() for r in rows if r["group"] == g]
         assert bodies == [f"{g}-{i}" for i in range(5)]
+
+
+def test_concurrent_sends_merged_into_batches_lose_nothing_and_keep_each_groups_order(cluster):
+    name = topic(cluster, "Rmq5Many")
+    before = proxy_counts(cluster)
+    options = [{"name": f"w{w}", "groups": 6, "per_group": 15, "plain": 300, "inflight": 32} for w in range(3)]
+
+    def raw_group_sender() -> list[dict]:  # one group's messages ten to a request, as other SDKs may send them
+        rows = []
+        with RawGrpc(cluster.grpc[0]) as door:
+            for r in range(6):
+                bodies = [f"raw-g0-{10 * r + i}" for i in range(10)]
+                answer = door.unary("SendMessage", pb.SendMessageRequest(messages=[pb.Message(
+                    topic=pb.Resource(name=name), body=b.encode(), system_properties=pb.SystemProperties(
+                        message_id=f"RAW{10 * r + i:05d}", message_group="raw-g0")) for i, b in enumerate(bodies)]),
+                    pb.SendMessageResponse, "raw-sender")
+                assert answer.status.code == pb.OK, answer.status
+                rows += [{"event": "sent", "id": e.message_id, "body": b} for e, b in zip(answer.entries, bodies)]
+        return rows
+
+    with ThreadPoolExecutor(len(options) + 1) as pool:
+        raw = pool.submit(raw_group_sender)
+        runs = list(pool.map(lambda o: cluster.rmq5("produce-many", cluster.grpc[0], name, json.dumps(o)), options))
+        runs.append(raw.result())
+    sent = {r["id"]: r["body"] for rows in runs for r in rows if r["event"] == "sent"}
+    assert [r for rows in runs for r in rows if r["event"] == "failed"] == []
+    assert len(sent) == 3 * (6 * 15 + 300) + 60
+    tailed = cluster.mqctl("tail", name, "--from-beginning", "--count", str(len(sent)), "--json", timeout=120)
+    assert tailed.returncode == 0, tailed.stderr
+    rows = [json.loads(line) for line in tailed.stdout.splitlines()]
+    assert {r["msg_id"]: r["body"] for r in rows} == sent and len(rows) == len(sent)  # each once, byte for byte
+    by_queue: dict[int, list[dict]] = {}
+    for r in rows:
+        by_queue.setdefault(r["queue_id"], []).append(r)
+    for queue in by_queue.values():  # no offset twice, none skipped
+        assert sorted(r["queue_offset"] for r in queue) == list(range(len(queue)))
+    for prefix, count in [(f"w{w}-g{g}-", 15) for w in range(3) for g in range(6)] + [("raw-g0-", 60)]:
+        mine = sorted((r for r in rows if r["body"].startswith(prefix)), key=lambda r: r["queue_offset"])
+        assert len({r["queue_id"] for r in mine}) == 1  # a group keeps to one queue
+        assert [r["body"] for r in mine] == [f"{prefix}{i}" for i in range(count)]  # in the order sent
+    after = proxy_counts(cluster)
+    messages = int(after["grpcSendMessages"]) - int(before.get("grpcSendMessages", "0"))
+    requests = int(after["grpcSendRequests"]) - int(before.get("grpcSendRequests", "0"))
+    assert messages == len(sent) and requests < messages  # sends were merged upstream
 
 
 def test_a_push_consumer_consumes_and_acks_concurrently(cluster):

@@ -9,6 +9,10 @@ answers in, bytes out (frames in formats/http2.py, headers in formats/hpack.py).
 - :class:`CallCancelled`: the client reset the stream, or the stream broke a bound (the client
   was answered already: the server should drop the call).
 
+The driver hands each message's ``wire_size`` to :meth:`consumed` once it has taken it (a unary
+call at once, a stream as its handler reads): so what a client may send and this side holds is
+bounded by the windows, a stream's and the connection's.
+
 Answers: :meth:`send_message` (the response headers go first, once), :meth:`finish` (the status
 trailers, after every queued message; a call with no message gets one trailers-only HEADERS),
 then :meth:`data_to_send`. Both directions keep HTTP/2 flow control: what the client sends is
@@ -55,6 +59,7 @@ class CallOpened:
 class CallMessage:
     stream_id: int
     message: bytes
+    wire_size: int  # octets it took in the stream: hand to consumed() once the message is taken
 
 
 @dataclass(slots=True)
@@ -84,7 +89,9 @@ class _Stream:
     send_window: int
     encoding: str = "identity"
     inbox: bytearray = field(default_factory=bytearray)
-    received: int = 0  # DATA octets read since the stream's window was last granted again
+    outstanding: int = 0  # DATA octets received and not granted again (the stream's window)
+    credit: int = 0  # of those, octets taken (consumed): granted again in a batch
+    untaken: int = 0  # DATA octets received and not yet taken (credited to the connection at the end)
     remote_closed: bool = False
     headers_sent: bool = False
     outbox: deque[bytes] = field(default_factory=deque)
@@ -117,7 +124,8 @@ class GrpcConnection:
         self._peer_window = h2.DEFAULT_WINDOW  # initial send window of each new stream (client's setting)
         self._peer_frame_max = h2.DEFAULT_FRAME_SIZE
         self._send_window = h2.DEFAULT_WINDOW  # the connection's, granted by the client
-        self._received = 0  # DATA octets read since the connection's window was granted again
+        self._outstanding = 0  # the connection's, as a stream's
+        self._credit = 0
         self._blocked: dict[int, None] = {}  # streams with data waiting for a window, in order
         self._block: bytearray | None = None  # a header block awaiting CONTINUATION
         self._block_stream = 0
@@ -197,8 +205,8 @@ class GrpcConnection:
             if not flags & h2.ACK:
                 self._out.append(h2.frame(h2.PING, h2.ACK, 0, payload))
         elif kind == h2.RST_STREAM:
-            if self._streams.pop(stream_id, None) is not None:
-                self._blocked.pop(stream_id, None)
+            if (stream := self._streams.get(stream_id)) is not None:
+                self._drop(stream)
                 events.append(CallCancelled(stream_id))
         elif kind == h2.GOAWAY:
             pass  # no new calls will come; those open go on until the client closes
@@ -237,23 +245,24 @@ class GrpcConnection:
             self._remote_closed(stream, events)
 
     def _data(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
-        self._received += len(payload)
-        if self._received > CONNECTION_WINDOW:
+        self._outstanding += len(payload)
+        if self._outstanding > CONNECTION_WINDOW:
             raise ConnectionBroken(h2.FLOW_CONTROL_ERROR, "DATA past the connection's window")
-        if self._received >= CONNECTION_WINDOW // 2:
-            self._out.append(h2.window_update(0, self._received))
-            self._received = 0
         stream = self._streams.get(stream_id)
         if stream is None or stream.remote_closed:
             if stream_id > self._last_id:
                 raise ConnectionBroken(h2.PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
-            return  # a stream this side answered or reset: its late data is dropped
-        stream.received += len(payload)
-        if stream.received > STREAM_WINDOW:
+            self._grant_connection(len(payload))  # a stream this side answered or reset: late data is dropped
+            return
+        stream.outstanding += len(payload)
+        stream.untaken += len(payload)
+        if stream.outstanding > STREAM_WINDOW:
             raise ConnectionBroken(h2.FLOW_CONTROL_ERROR, f"DATA past stream {stream_id}'s window")
         data = h2.unpad(flags, payload)
         if data is None:
             raise ConnectionBroken(h2.PROTOCOL_ERROR, "padding past the frame")
+        if len(data) < len(payload):
+            self.consumed(stream_id, len(payload) - len(data))
         stream.inbox += data
         inbox = stream.inbox
         while len(inbox) >= h2.GRPC_PREFIX_SIZE:
@@ -267,15 +276,41 @@ class GrpcConnection:
             message = bytes(inbox[h2.GRPC_PREFIX_SIZE:h2.GRPC_PREFIX_SIZE + length])
             del inbox[:h2.GRPC_PREFIX_SIZE + length]
             if compressed:
-                message = self._decompress(stream, message, events)
-                if message is None:
+                inflated = self._decompress(stream, message, events)
+                if inflated is None:
                     return
-            events.append(CallMessage(stream_id, message))
+                message = inflated
+            events.append(CallMessage(stream_id, message, h2.GRPC_PREFIX_SIZE + length))
         if flags & h2.END_STREAM:
             self._remote_closed(stream, events)
-        elif stream.received >= STREAM_WINDOW // 2:
-            self._out.append(h2.window_update(stream_id, stream.received))
-            stream.received = 0
+
+    def consumed(self, stream_id: int, size: int) -> None:
+        """``size`` octets of the stream's DATA were taken: the client may send them again
+        (granted in batches of half a window). A stream that has ended gave its back then."""
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        stream.untaken -= size
+        self._grant_connection(size)
+        stream.credit += size
+        if stream.credit >= STREAM_WINDOW // 2 and not stream.remote_closed:
+            self._out.append(h2.window_update(stream_id, stream.credit))
+            stream.outstanding -= stream.credit
+            stream.credit = 0
+
+    def _grant_connection(self, size: int) -> None:
+        self._credit += size
+        if self._credit >= CONNECTION_WINDOW // 2:
+            self._out.append(h2.window_update(0, self._credit))
+            self._outstanding -= self._credit
+            self._credit = 0
+
+    def _drop(self, stream: _Stream) -> None:
+        """The stream has ended: what it held and nobody took goes back to the connection."""
+        if self._streams.pop(stream.id, None) is not None:
+            self._blocked.pop(stream.id, None)
+            self._grant_connection(stream.untaken)
+            stream.untaken = 0
 
     def _decompress(self, stream: _Stream, message: bytes, events: list[Event]) -> bytes | None:
         wbits = {"gzip": 31, "deflate": 15}.get(stream.encoding)
@@ -404,11 +439,9 @@ class GrpcConnection:
         if stream.trailers is not None and not stream.finished:
             stream.finished = True
             self._out.append(h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, stream.id, stream.trailers))
-            if stream.remote_closed:
-                del self._streams[stream.id]
-            else:  # the client may still be sending: it has its answer, so it may stop
+            if not stream.remote_closed:  # the client may still be sending: it has its answer, so it may stop
                 self._out.append(h2.rst_stream(stream.id, h2.NO_ERROR))
-                del self._streams[stream.id]
+            self._drop(stream)
 
     def _flush_blocked(self) -> None:
         for stream_id in list(self._blocked):

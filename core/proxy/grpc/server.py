@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 MESSAGE_BYTES_MAX = 16 * 1024 * 1024  # a SendMessage of several 4 MiB bodies; bounded before decoding
 RECEIVE_BYTES = 256 * 1024
-TELEMETRY_INBOX_MAX = 16  # commands read from a client and not yet handled
 GRPC_PERMISSION_DENIED, GRPC_UNAUTHENTICATED = 7, 16
 
 
@@ -76,23 +75,24 @@ class Rpc:
 
 def rpc_table(s: MessagingService) -> dict[str, Rpc]:
     """``/service/Method`` -> :class:`Rpc`, for every RPC the door serves."""
+    p, c = s.producing, s.consuming
     unary = [
         ("QueryRoute", s.query_route, pb.QueryRouteRequest, pb.QueryRouteResponse),
         ("Heartbeat", s.heartbeat, pb.HeartbeatRequest, pb.HeartbeatResponse),
-        ("SendMessage", s.send_message, pb.SendMessageRequest, pb.SendMessageResponse),
-        ("QueryAssignment", s.query_assignment, pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
-        ("AckMessage", s.ack_message, pb.AckMessageRequest, pb.AckMessageResponse),
-        ("ForwardMessageToDeadLetterQueue", s.forward_to_dead_letter_queue,
+        ("SendMessage", p.send_message, pb.SendMessageRequest, pb.SendMessageResponse),
+        ("QueryAssignment", c.query_assignment, pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
+        ("AckMessage", c.ack_message, pb.AckMessageRequest, pb.AckMessageResponse),
+        ("ForwardMessageToDeadLetterQueue", c.forward_to_dead_letter_queue,
          pb.ForwardMessageToDeadLetterQueueRequest, pb.ForwardMessageToDeadLetterQueueResponse),
-        ("EndTransaction", s.end_transaction, pb.EndTransactionRequest, pb.EndTransactionResponse),
+        ("EndTransaction", p.end_transaction, pb.EndTransactionRequest, pb.EndTransactionResponse),
         ("NotifyClientTermination", s.notify_client_termination, pb.NotifyClientTerminationRequest,
          pb.NotifyClientTerminationResponse),
-        ("ChangeInvisibleDuration", s.change_invisible_duration, pb.ChangeInvisibleDurationRequest,
+        ("ChangeInvisibleDuration", c.change_invisible_duration, pb.ChangeInvisibleDurationRequest,
          pb.ChangeInvisibleDurationResponse),
     ]
     table = {SERVICE + name: Rpc(name, "unary", req, resp, method) for name, method, req, resp in unary}
     table[SERVICE + "ReceiveMessage"] = Rpc("ReceiveMessage", "receive", pb.ReceiveMessageRequest,
-                                            pb.ReceiveMessageResponse, s.receive_message)
+                                            pb.ReceiveMessageResponse, c.receive_message)
     table[SERVICE + "Telemetry"] = Rpc("Telemetry", "telemetry", pb.TelemetryCommand)
     return table
 
@@ -109,7 +109,7 @@ class _Call:
         self.timeout_s = timeout_s
         self.request: bytes | None = None
         self.scope = trio.CancelScope()
-        self.inbox: trio.MemorySendChannel[bytes] | None = None
+        self.inbox: trio.MemorySendChannel[tuple[bytes, int]] | None = None
 
 
 class GrpcDoor:
@@ -198,13 +198,12 @@ class _Connection:
         sid = event.stream_id
         if isinstance(event, CallMessage):
             call = self.calls.get(sid)
+            if call is None or call.inbox is None:  # a unary request is taken at once
+                self.h2.consumed(sid, event.wire_size)
             if call is None:
                 return
-            if call.inbox is not None:  # telemetry
-                try:
-                    call.inbox.send_nowait(event.message)
-                except trio.WouldBlock:
-                    self._end(sid, GRPC_RESOURCE_EXHAUSTED, f"{TELEMETRY_INBOX_MAX} commands unread")
+            if call.inbox is not None:  # telemetry: unbounded here, as the stream's window bounds it
+                call.inbox.send_nowait((event.message, event.wire_size))
             elif call.request is None:
                 call.request = event.message
             else:
@@ -254,7 +253,7 @@ class _Connection:
                 code = GRPC_UNAUTHENTICATED if refusal is not None else GRPC_RESOURCE_EXHAUSTED
                 self._end(sid, code, call.refusal.message)
                 return
-            send, receive = trio.open_memory_channel[bytes](TELEMETRY_INBOX_MAX)
+            send, receive = trio.open_memory_channel[tuple[bytes, int]](math.inf)
             call.inbox = send
             self.nursery.start_soon(self._telemetry, sid, call, receive)
 
@@ -295,7 +294,7 @@ class _Connection:
             self.calls.pop(sid, None)
             self.wake()
 
-    async def _telemetry(self, sid: int, call: _Call, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
+    async def _telemetry(self, sid: int, call: _Call, inbox: trio.MemoryReceiveChannel[tuple[bytes, int]]) -> None:
         service, caller = self.door.service, call.caller
         assert caller is not None
         outbox_max = service.settings.telemetry_outbox_max
@@ -318,7 +317,9 @@ class _Connection:
         self.door.calls += 1
         try:
             with call.scope:
-                async for data in inbox:
+                async for data, size in inbox:
+                    self.h2.consumed(sid, size)  # the client may send more
+                    self.wake()
                     try:
                         command = pb.TelemetryCommand.FromString(data)
                     except DecodeError:

@@ -1,0 +1,202 @@
+"""The consuming RPCs of the gRPC door: QueryAssignment, ReceiveMessage (POP), AckMessage,
+ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue."""
+
+from __future__ import annotations
+
+import time
+
+from core.broker.pop.headers import (
+    INIT_MAX,
+    INVISIBLE_TIME_MAX_MS,
+    POLL_TIME_MAX_MS,
+    POP_MESSAGES_MAX,
+    AckHeader,
+    PopHeader,
+)
+from core.proxy.grpc_auth import Caller, check_permission
+from core.proxy.grpc_messages import Refused, check_group, check_topic, duration_ms, incoming
+from core.proxy.grpc_routes import assignments
+from core.proxy.grpc_shared import DoorShared
+from core.proxy.grpc_status import NOT_FOUND, ok, overall, refused, status_of
+from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.command import RemotingCommand
+from formats.errors import FormatError
+from formats.pop import PopAnswer, PopRecordError, ReceiptHandle, retry_topic
+from formats.record import decode_records
+from formats.rocketmq_v2 import messaging_pb2 as pb
+
+AUTO_RENEW_INVISIBLE_MS = 60_000
+LONG_POLL_DEFAULT_MS = 20_000
+
+
+class Consuming:
+    """The consumer's RPCs for a :class:`DoorShared`."""
+
+    def __init__(self, service: DoorShared) -> None:
+        self.shared = service
+        self.front = service.front
+        self.clients = service.clients
+        self.settings = service.settings
+
+    async def query_assignment(self, req: pb.QueryAssignmentRequest, caller: Caller) -> pb.QueryAssignmentResponse:
+        try:
+            topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
+            found = assignments(topic, await self.shared.spans(topic), req.endpoints, fifo=self.clients.fifo(group))
+            if not found:
+                raise Refused(pb.FORBIDDEN, "no readable queue")
+            return pb.QueryAssignmentResponse(status=ok(), assignments=found)
+        except Refused as exc:
+            return pb.QueryAssignmentResponse(status=refused(exc))
+
+    def _invisible_ms(self, req: pb.ReceiveMessageRequest) -> int:
+        if req.auto_renew:
+            return AUTO_RENEW_INVISIBLE_MS
+        if not req.HasField("invisible_duration"):
+            raise Refused(pb.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required without auto_renew")
+        value = duration_ms(req.invisible_duration)
+        if not self.settings.min_invisible_ms <= value <= INVISIBLE_TIME_MAX_MS:
+            raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be {self.settings.min_invisible_ms} ms"
+                                                     f" to {INVISIBLE_TIME_MAX_MS} ms, not {value} ms")
+        return value
+
+    async def receive_message(self, req: pb.ReceiveMessageRequest, caller: Caller) -> list[pb.ReceiveMessageResponse]:
+        """The frames of the answer stream: a status, the messages, a delivery timestamp."""
+        try:
+            messages = await self._receive(req, caller)
+            head = [pb.ReceiveMessageResponse(status=ok())] if messages else \
+                [pb.ReceiveMessageResponse(status=pb.Status(code=pb.MESSAGE_NOT_FOUND, message="no new message"))]
+        except Refused as exc:
+            messages, head = [], [pb.ReceiveMessageResponse(status=refused(exc))]
+        tail = pb.ReceiveMessageResponse()
+        tail.delivery_timestamp.GetCurrentTime()
+        return head + [pb.ReceiveMessageResponse(message=m) for m in messages] + [tail]
+
+    async def _receive(self, req: pb.ReceiveMessageRequest, caller: Caller) -> list[pb.Message]:
+        topic, group = self._consumer_of(req.message_queue.topic.name, req.group.name, caller)
+        broker = req.message_queue.broker.name
+        if not broker:
+            raise Refused(pb.BAD_REQUEST, "the message queue names no broker")
+        invisible = self._invisible_ms(req)
+        fifo = self.clients.fifo(group)
+        poll_ms = duration_ms(req.long_polling_timeout) if req.HasField("long_polling_timeout") else LONG_POLL_DEFAULT_MS
+        pop = PopHeader(
+            group=group, topic=topic, queue_id=req.message_queue.id if fifo else -1,
+            max_msg_nums=max(1, min(req.batch_size or POP_MESSAGES_MAX, POP_MESSAGES_MAX)), invisible_time_ms=invisible,
+            poll_time_ms=max(0, min(poll_ms, POLL_TIME_MAX_MS)), born_time_ms=int(time.time() * 1000),
+            init_mode=INIT_MAX, expression_type="SQL92" if req.filter_expression.type == pb.SQL else "TAG",
+            expression=req.filter_expression.expression or "*", order=fifo,
+            attempt_id=req.attempt_id if req.HasField("attempt_id") else "")
+        client = self.clients.get(caller)
+        resp = await self.front.write(pop.request(), client.session, broker)
+        if resp is not None and resp.code in NOT_FOUND:
+            return []
+        if resp is None or resp.code != ResponseCode.SUCCESS:
+            status = status_of(resp, "receive")
+            raise Refused(status.code, status.message)
+        try:
+            answer = PopAnswer.parse(resp.ext_fields)
+            records = decode_records(resp.body or b"")
+        except (FormatError, PopRecordError) as exc:
+            raise Refused(pb.INTERNAL_SERVER_ERROR, f"the broker's POP answer does not parse: {exc}") from None
+        out = []
+        for record in records:
+            handle = answer.handle(record.topic, record.queue_id, record.queue_offset, broker, record.phys_offset)
+            attempt = answer.deliveries_before(record.queue_id, record.queue_offset) + 1 if fifo \
+                else record.reconsume_times + 1
+            if attempt > self.settings.max_delivery_attempts:
+                await self._to_dead_letters(client.session, group, topic, handle, record.uniq_key or "")
+                continue
+            out.append(incoming(record, topic, receipt_handle=handle.text(with_commit_log_offset=True),
+                                delivery_attempt=attempt))
+        return out
+
+    def _consumer_of(self, topic_name: str, group_name: str, caller: Caller) -> tuple[str, str]:
+        """(topic, group) of a consumer's call, checked, and allowed to the caller's account."""
+        topic, group = check_topic(topic_name), check_group(group_name)
+        check_permission(self.shared.policy(), caller, topic=topic, group=group)
+        return topic, group
+
+    def _handle(self, text: str) -> ReceiptHandle:
+        try:
+            handle = ReceiptHandle.parse(text)
+        except PopRecordError as exc:
+            raise Refused(pb.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        if handle.visible_again_ms() <= time.time() * 1000:
+            raise Refused(pb.INVALID_RECEIPT_HANDLE, "the receipt handle has expired: the message is visible again")
+        return handle
+
+    @staticmethod
+    def _ack_request(group: str, topic: str, handle: ReceiptHandle, *, invisible_ms: int | None = None) -> RemotingCommand:
+        header = AckHeader(group=group, topic=handle.real_topic(group, topic), queue_id=handle.queue_id, handle=handle,
+                           offset=handle.queue_offset, invisible_time_ms=invisible_ms or 0)
+        return header.request(change=invisible_ms is not None)
+
+    async def ack_message(self, req: pb.AckMessageRequest, caller: Caller) -> pb.AckMessageResponse:
+        try:
+            topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
+        except Refused as exc:
+            return pb.AckMessageResponse(status=refused(exc))
+        session = self.clients.get(caller).session
+        entries = []
+        for entry in req.entries:
+            try:
+                handle = self._handle(entry.receipt_handle)
+                resp = await self.front.write(self._ack_request(group, topic, handle), session, handle.broker_name)
+                status = status_of(resp, "ack")
+            except Refused as exc:
+                status = refused(exc)
+            entries.append(pb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                                    status=status))
+        return pb.AckMessageResponse(status=overall([e.status for e in entries]), entries=entries)
+
+    async def change_invisible_duration(self, req: pb.ChangeInvisibleDurationRequest,
+                                        caller: Caller) -> pb.ChangeInvisibleDurationResponse:
+        try:
+            topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
+            handle = self._handle(req.receipt_handle)
+            invisible = duration_ms(req.invisible_duration)
+            if not 0 <= invisible <= INVISIBLE_TIME_MAX_MS:
+                raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be 0 to {INVISIBLE_TIME_MAX_MS} ms")
+        except Refused as exc:
+            return pb.ChangeInvisibleDurationResponse(status=refused(exc))
+        resp = await self.front.write(self._ack_request(group, topic, handle, invisible_ms=invisible),
+                                      self.clients.get(caller).session, handle.broker_name)
+        status = status_of(resp, "change invisible duration")
+        if resp is None or status.code != pb.OK:
+            return pb.ChangeInvisibleDurationResponse(status=status)
+        try:
+            new = ReceiptHandle(
+                handle.ck_start_offset if handle.ordered else handle.queue_offset,
+                int(resp.ext_fields["popTime"]), int(resp.ext_fields["invisibleTime"]),
+                int(resp.ext_fields.get("reviveQid", handle.revive_qid)), handle.retry_flag, handle.broker_name,
+                handle.queue_id, handle.queue_offset, handle.commit_log_offset)
+        except (KeyError, ValueError):
+            return pb.ChangeInvisibleDurationResponse(status=pb.Status(
+                code=pb.INTERNAL_SERVER_ERROR, message="the broker's answer lacks popTime or invisibleTime"))
+        return pb.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=new.text(with_commit_log_offset=True))
+
+    async def forward_to_dead_letter_queue(self, req: pb.ForwardMessageToDeadLetterQueueRequest,
+                                           caller: Caller) -> pb.ForwardMessageToDeadLetterQueueResponse:
+        try:
+            topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
+            handle = self._handle(req.receipt_handle)
+        except Refused as exc:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=refused(exc))
+        status = await self._to_dead_letters(self.clients.get(caller).session, group, topic, handle, req.message_id)
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status)
+
+    async def _to_dead_letters(self, session, group: str, topic: str, handle: ReceiptHandle,
+                               message_id: str) -> pb.Status:
+        """Copy the message to ``%DLQ%{group}`` (CONSUMER_SEND_MSG_BACK, delay level -1), then ack it."""
+        if handle.commit_log_offset < 0:
+            return pb.Status(code=pb.INVALID_RECEIPT_HANDLE, message="the receipt handle has no commit log offset")
+        back = RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, language="PYTHON", ext_fields={
+            "offset": str(handle.commit_log_offset), "group": group, "delayLevel": "-1", "originMsgId": message_id,
+            "originTopic": retry_topic(group, topic, handle.retry_flag) if handle.retry_flag else topic,
+            "unitMode": "false", "maxReconsumeTimes": "0"})
+        resp = await self.front.write(back, session, handle.broker_name)
+        status = status_of(resp, "forward to the dead letter queue")
+        if status.code != pb.OK:
+            return status
+        return status_of(await self.front.write(self._ack_request(group, topic, handle), session, handle.broker_name),
+                         "ack after the dead letter queue")

@@ -1,0 +1,125 @@
+"""The producing RPCs of the gRPC door: SendMessage (merged into batch requests upstream by
+core/proxy/send_batches.py) and EndTransaction."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+from core.acl.permissions import PUB
+from core.client.transaction_producer import TransactionState, end_transaction_request
+from core.proxy.grpc_auth import Caller, check_permission
+from core.proxy.grpc_clients import HalfMessage
+from core.proxy.grpc_messages import Outgoing, Refused, check_topic, outgoing
+from core.proxy.grpc_routes import writable
+from core.proxy.grpc_shared import DoorShared
+from core.proxy.grpc_status import ok, overall, refused, status_of
+from core.proxy.send_batches import Send, SendBatches, Ticket
+from core.remoting.codes import FLAG_ONEWAY
+from core.remoting.command import RemotingCommand
+from formats.errors import FormatError
+from formats.msgid import decode_offset_msg_id
+from formats.properties import DELAY, TIMER_DELIVER_MS, encode_properties
+from formats.rocketmq_v2 import messaging_pb2 as pb
+
+UNBATCHABLE = frozenset({DELAY, TIMER_DELIVER_MS})  # the broker refuses delayed messages in batches
+
+
+class Producing:
+    """SendMessage and EndTransaction for a :class:`DoorShared`."""
+
+    def __init__(self, service: DoorShared, batches: SendBatches) -> None:
+        self.shared = service
+        self.front = service.front
+        self.clients = service.clients
+        self.batches = batches
+        self._round_robin = itertools.count()
+
+    async def send_message(self, req: pb.SendMessageRequest, caller: Caller) -> pb.SendMessageResponse:
+        if not req.messages:
+            return pb.SendMessageResponse(status=pb.Status(code=pb.MESSAGE_CORRUPTED, message="no message to send"))
+        topics = {m.topic.name for m in req.messages}
+        if len(topics) > 1:
+            return pb.SendMessageResponse(status=pb.Status(code=pb.MESSAGE_CORRUPTED,
+                                                           message="the messages of one request name different topics"))
+        try:
+            topic = check_topic(topics.pop())
+            check_permission(self.shared.policy(), caller, topic=topic, topic_perm=PUB)
+            queues = writable(await self.shared.spans(topic))
+            if not queues:
+                raise Refused(pb.FORBIDDEN, f"topic {topic!r} has no writable queue")
+        except Refused as exc:
+            return pb.SendMessageResponse(status=refused(exc))
+        submitted = [self._submit(m, queues, caller) for m in req.messages]  # in order: a group's stays in order
+        entries = [await self._sent(m, ticket, caller) for m, ticket in zip(req.messages, submitted, strict=True)]
+        return pb.SendMessageResponse(status=overall([e.status for e in entries]), entries=entries)
+
+    def _submit(self, msg: pb.Message, queues: list[tuple[str, int]], caller: Caller
+                ) -> tuple[Outgoing, str, Ticket] | pb.SendResultEntry:
+        """The message checked and put on its line (core/proxy/send_batches.py), or its refusal."""
+        try:
+            out = outgoing(msg, caller.peer_host)
+            encode_properties(out.properties)  # a property that would not decode as it was sent
+        except Refused as exc:
+            return pb.SendResultEntry(status=refused(exc), message_id=msg.system_properties.message_id)
+        except FormatError as exc:
+            return pb.SendResultEntry(status=pb.Status(code=pb.BAD_REQUEST, message=str(exc)),
+                                      message_id=msg.system_properties.message_id)
+        session = self.clients.get(caller).session
+        if out.message_group is not None:  # one group's messages go to one queue, in order
+            group, queue_id = queues[zlib.crc32(out.message_group.encode()) % len(queues)]
+            key: tuple[object, ...] = (id(session), group, out.topic, queue_id)
+            ids, ordered = [queue_id], True
+        else:
+            group = queues[next(self._round_robin) % len(queues)][0]
+            key, ordered = (id(session), group, out.topic), False
+            ids = [q for g, q in queues if g == group]
+        batchable = not out.sysflag and not out.transactional and not (out.properties.keys() & UNBATCHABLE)
+        send = Send(out.topic, out.body, out.sysflag, out.properties, out.born_ms, batchable)
+
+        async def write(request: RemotingCommand) -> RemotingCommand | None:
+            return await self.front.write(request, session, group)
+        return out, group, self.batches.submit(send, key, ids, ordered, write)
+
+    async def _sent(self, msg: pb.Message, submitted: tuple[Outgoing, str, Ticket] | pb.SendResultEntry,
+                    caller: Caller) -> pb.SendResultEntry:
+        if isinstance(submitted, pb.SendResultEntry):
+            return submitted
+        out, group, ticket = submitted
+        answer = await ticket.answer()
+        resp = answer.response
+        message_id = msg.system_properties.message_id
+        status = status_of(resp, "send")
+        if resp is None or status.code != pb.OK:
+            return pb.SendResultEntry(status=status, message_id=message_id)
+        offset = answer.offset()
+        transaction_id = resp.ext_fields.get("transactionId") or message_id
+        if out.transactional:
+            try:
+                log_offset = decode_offset_msg_id(answer.msg_id()).phys_offset
+            except FormatError:
+                log_offset = -1
+            self.clients.transactions.keep(out.topic, transaction_id, HalfMessage(
+                group, offset, log_offset, answer.msg_id()))
+        return pb.SendResultEntry(status=status, message_id=message_id, transaction_id=transaction_id, offset=offset)
+
+    async def end_transaction(self, req: pb.EndTransactionRequest, caller: Caller) -> pb.EndTransactionResponse:
+        if not req.transaction_id:
+            return pb.EndTransactionResponse(status=pb.Status(code=pb.INVALID_TRANSACTION_ID, message="blank transaction_id"))
+        try:
+            topic = check_topic(req.topic.name)
+            check_permission(self.shared.policy(), caller, topic=topic, topic_perm=PUB)
+        except Refused as exc:
+            return pb.EndTransactionResponse(status=refused(exc))
+        half = self.clients.transactions.take(topic, req.transaction_id)
+        if half is None:
+            return pb.EndTransactionResponse(status=pb.Status(
+                code=pb.INTERNAL_SERVER_ERROR, message="the proxy knows no half message with that transaction id "
+                "(it answers the broker's check-back in time)"))
+        outcome = {pb.COMMIT: TransactionState.COMMIT, pb.ROLLBACK: TransactionState.ROLLBACK}.get(
+            req.resolution, TransactionState.UNKNOWN)
+        request = end_transaction_request(topic, half.tran_state_offset, half.commit_log_offset, req.message_id,
+                                          outcome, req.source == pb.SOURCE_SERVER_CHECK, req.transaction_id)
+        request.flag |= FLAG_ONEWAY  # RocketMQ's proxy sends it oneway too: the check-back settles a lost one
+        await self.front.write(request, self.clients.get(caller).session, half.group)
+        return pb.EndTransactionResponse(status=ok())
