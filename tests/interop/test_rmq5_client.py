@@ -20,9 +20,8 @@ from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
 from formats.rocketmq_v2 import messaging_pb2 as pb
-from tests.interop.grpc_raw import RawGrpc
-
 from tests.conftest import child_env, running_cluster
+from tests.interop.grpc_raw import RawGrpc
 
 MAX_ATTEMPTS = 3
 FIFO_GROUP = "FifoGroup"
