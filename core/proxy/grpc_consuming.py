@@ -10,9 +10,10 @@ from core.broker.pop.headers import (
     INVISIBLE_TIME_MAX_MS,
     POLL_TIME_MAX_MS,
     POP_MESSAGES_MAX,
-    AckHeader,
     PopHeader,
 )
+from core.proxy.ack_batches import AckOf, ack_flush, ack_request
+from core.proxy.batching import Lines, Ticket
 from core.proxy.grpc_auth import Caller, check_permission
 from core.proxy.grpc_messages import Refused, check_group, check_topic, duration_ms, incoming
 from core.proxy.grpc_routes import assignments
@@ -32,11 +33,12 @@ LONG_POLL_DEFAULT_MS = 20_000
 class Consuming:
     """The consumer's RPCs for a :class:`DoorShared`."""
 
-    def __init__(self, service: DoorShared) -> None:
+    def __init__(self, service: DoorShared, acks: Lines[AckOf, RemotingCommand | None]) -> None:
         self.shared = service
         self.front = service.front
         self.clients = service.clients
         self.settings = service.settings
+        self.acks = acks
 
     async def query_assignment(self, req: pb.QueryAssignmentRequest, caller: Caller) -> pb.QueryAssignmentResponse:
         try:
@@ -125,26 +127,27 @@ class Consuming:
             raise Refused(pb.INVALID_RECEIPT_HANDLE, "the receipt handle has expired: the message is visible again")
         return handle
 
-    @staticmethod
-    def _ack_request(group: str, topic: str, handle: ReceiptHandle, *, invisible_ms: int | None = None) -> RemotingCommand:
-        header = AckHeader(group=group, topic=handle.real_topic(group, topic), queue_id=handle.queue_id, handle=handle,
-                           offset=handle.queue_offset, invisible_time_ms=invisible_ms or 0)
-        return header.request(change=invisible_ms is not None)
-
     async def ack_message(self, req: pb.AckMessageRequest, caller: Caller) -> pb.AckMessageResponse:
         try:
             topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
         except Refused as exc:
             return pb.AckMessageResponse(status=refused(exc))
         session = self.clients.get(caller).session
-        entries = []
-        for entry in req.entries:
+        lined: list[Ticket[AckOf, RemotingCommand | None] | pb.Status] = []
+        for entry in req.entries:  # every entry lined up first: those of one request share a batch
             try:
-                handle = self._handle(entry.receipt_handle)
-                resp = await self.front.write(self._ack_request(group, topic, handle), session, handle.broker_name)
-                status = status_of(resp, "ack")
+                ack = AckOf(group, topic, self._handle(entry.receipt_handle))
             except Refused as exc:
-                status = refused(exc)
+                lined.append(refused(exc))
+                continue
+
+            async def write(request: RemotingCommand, broker: str = ack.handle.broker_name) -> RemotingCommand | None:
+                return await self.front.write(request, session, broker)
+            lined.append(self.acks.submit(ack, (id(session), ack.handle.broker_name), ordered=False,
+                                          flush=ack_flush(write), mergeable=ack.mergeable))
+        entries = []
+        for entry, ticket in zip(req.entries, lined, strict=True):
+            status = ticket if isinstance(ticket, pb.Status) else status_of(await ticket.answer(), "ack")
             entries.append(pb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                     status=status))
         return pb.AckMessageResponse(status=overall([e.status for e in entries]), entries=entries)
@@ -159,7 +162,7 @@ class Consuming:
                 raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be 0 to {INVISIBLE_TIME_MAX_MS} ms")
         except Refused as exc:
             return pb.ChangeInvisibleDurationResponse(status=refused(exc))
-        resp = await self.front.write(self._ack_request(group, topic, handle, invisible_ms=invisible),
+        resp = await self.front.write(ack_request(AckOf(group, topic, handle), invisible_ms=invisible),
                                       self.clients.get(caller).session, handle.broker_name)
         status = status_of(resp, "change invisible duration")
         if resp is None or status.code != pb.OK:
@@ -198,5 +201,5 @@ class Consuming:
         status = status_of(resp, "forward to the dead letter queue")
         if status.code != pb.OK:
             return status
-        return status_of(await self.front.write(self._ack_request(group, topic, handle), session, handle.broker_name),
+        return status_of(await self.front.write(ack_request(AckOf(group, topic, handle)), session, handle.broker_name),
                          "ack after the dead letter queue")

@@ -8,13 +8,14 @@ import zlib
 
 from core.acl.permissions import PUB
 from core.client.transaction_producer import TransactionState, end_transaction_request
+from core.proxy.batching import Lines, Ticket
 from core.proxy.grpc_auth import Caller, check_permission
 from core.proxy.grpc_clients import HalfMessage
 from core.proxy.grpc_messages import Outgoing, Refused, check_topic, outgoing
 from core.proxy.grpc_routes import writable
 from core.proxy.grpc_shared import DoorShared
 from core.proxy.grpc_status import ok, overall, refused, status_of
-from core.proxy.send_batches import Send, SendBatches, Ticket
+from core.proxy.send_batches import Send, SendAnswer, send_flush
 from core.remoting.codes import FLAG_ONEWAY
 from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
@@ -28,7 +29,7 @@ UNBATCHABLE = frozenset({DELAY, TIMER_DELIVER_MS})  # the broker refuses delayed
 class Producing:
     """SendMessage and EndTransaction for a :class:`DoorShared`."""
 
-    def __init__(self, service: DoorShared, batches: SendBatches) -> None:
+    def __init__(self, service: DoorShared, batches: Lines[Send, SendAnswer]) -> None:
         self.shared = service
         self.front = service.front
         self.clients = service.clients
@@ -55,7 +56,7 @@ class Producing:
         return pb.SendMessageResponse(status=overall([e.status for e in entries]), entries=entries)
 
     def _submit(self, msg: pb.Message, queues: list[tuple[str, int]], caller: Caller
-                ) -> tuple[Outgoing, str, Ticket] | pb.SendResultEntry:
+                ) -> tuple[Outgoing, str, Ticket[Send, SendAnswer]] | pb.SendResultEntry:
         """The message checked and put on its line (core/proxy/send_batches.py), or its refusal."""
         try:
             out = outgoing(msg, caller.peer_host)
@@ -69,24 +70,33 @@ class Producing:
         if out.message_group is not None:  # one group's messages go to one queue, in order
             group, queue_id = queues[zlib.crc32(out.message_group.encode()) % len(queues)]
             key: tuple[object, ...] = (id(session), group, out.topic, queue_id)
-            ids, ordered = [queue_id], True
+            ordered = True
+
+            def next_queue() -> int:
+                return queue_id
         else:
             group = queues[next(self._round_robin) % len(queues)][0]
             key, ordered = (id(session), group, out.topic), False
             ids = [q for g, q in queues if g == group]
-        batchable = not out.sysflag and not out.transactional and not (out.properties.keys() & UNBATCHABLE)
-        send = Send(out.topic, out.body, out.sysflag, out.properties, out.born_ms, batchable)
+            turn = itertools.count()
+
+            def next_queue() -> int:
+                return ids[next(turn) % len(ids)]
+        mergeable = not out.sysflag and not out.transactional and not (out.properties.keys() & UNBATCHABLE)
 
         async def write(request: RemotingCommand) -> RemotingCommand | None:
             return await self.front.write(request, session, group)
-        return out, group, self.batches.submit(send, key, ids, ordered, write)
+        ticket = self.batches.submit(Send(out.topic, out.body, out.sysflag, out.properties, out.born_ms), key,
+                                     ordered=ordered, flush=send_flush(write, next_queue), mergeable=mergeable,
+                                     size=len(out.body))
+        return out, group, ticket
 
-    async def _sent(self, msg: pb.Message, submitted: tuple[Outgoing, str, Ticket] | pb.SendResultEntry,
+    async def _sent(self, msg: pb.Message, submitted: tuple[Outgoing, str, Ticket[Send, SendAnswer]] | pb.SendResultEntry,
                     caller: Caller) -> pb.SendResultEntry:
         if isinstance(submitted, pb.SendResultEntry):
             return submitted
         out, group, ticket = submitted
-        answer = await ticket.answer()
+        answer = await ticket.answer() or SendAnswer(None)
         resp = answer.response
         message_id = msg.system_properties.message_id
         status = status_of(resp, "send")

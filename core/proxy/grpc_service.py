@@ -29,6 +29,8 @@ from core.acl.file import AclFile
 from core.acl.permissions import PUB, SUB
 from core.config import ProxySettings
 from core.errors import RemotingError
+from core.proxy.ack_batches import AckOf
+from core.proxy.batching import Lines
 from core.proxy.front_door import FrontDoor
 from core.proxy.grpc_auth import Caller, check_permission
 from core.proxy.grpc_clients import GrpcClients, Push
@@ -42,7 +44,8 @@ from core.proxy.grpc_producing import Producing
 from core.proxy.grpc_routes import message_queues
 from core.proxy.grpc_shared import DoorShared
 from core.proxy.grpc_status import ok, refused
-from core.proxy.send_batches import SendBatches
+from core.proxy.send_batches import Send, SendAnswer
+from core.remoting.command import RemotingCommand
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -56,18 +59,20 @@ class MessagingService(DoorShared):
     telemetry here, the producer's in :attr:`producing`, the consumer's in :attr:`consuming`."""
 
     def __init__(self, front: FrontDoor, clients: GrpcClients, settings: ProxySettings,
-                 acl: AclFile | None, batches: SendBatches) -> None:
+                 acl: AclFile | None, batches: Lines[Send, SendAnswer],
+                 acks: Lines[AckOf, RemotingCommand | None]) -> None:
         super().__init__(front, clients, settings, acl)
         self.producing = Producing(self, batches)
-        self.consuming = Consuming(self)
+        self.consuming = Consuming(self, acks)
         self.counts: dict[str, int] = {}
         self.door_stats: Callable[[], dict[str, str]] = dict  # the gRPC server's own counters, once it runs
 
     def runtime_table(self) -> dict[str, str]:
         """The gRPC door's counters, in the proxy's GET_BROKER_RUNTIME_INFO table."""
-        batches = self.producing.batches
+        batches, acks = self.producing.batches, self.consuming.acks
         return {"grpcClients": str(len(self.clients)), "grpcCheckBacks": str(self.clients.check_backs),
-                "grpcSendRequests": str(batches.requests), "grpcSendMessages": str(batches.messages),
+                "grpcSendRequests": str(batches.batches), "grpcSendMessages": str(batches.items),
+                "grpcAckRequests": str(acks.batches), "grpcAcks": str(acks.items),
                 **self.door_stats(), **{f"grpc{rpc}": str(n) for rpc, n in sorted(self.counts.items())}}
 
     def count(self, rpc: str) -> None:

@@ -10,13 +10,15 @@ import trio
 from core.acl.file import AclFile, keep_acl_current
 from core.config import Config, ProxyNode
 from core.plugin_manager import PluginHost
+from core.proxy.ack_batches import ACKS_MAX
+from core.proxy.batching import Lines
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
 from core.proxy.front_door import FrontDoor
 from core.proxy.grpc.server import serve_grpc
 from core.proxy.grpc_clients import GrpcClients
 from core.proxy.grpc_service import MessagingService
-from core.proxy.send_batches import SendBatches
+from core.proxy.send_batches import BATCH_BYTES_MAX, BATCH_MESSAGES_MAX
 from core.remoting.client import open_remoting_client, split_address
 from core.remoting.server import serve_remoting
 
@@ -41,7 +43,9 @@ async def serve_proxy(
         if node.grpc_listen:
             clients = GrpcClients(nursery, config.proxy)
             nursery.start_soon(clients.expire_silent)
-            service = MessagingService(front, clients, config.proxy, acl, SendBatches(nursery))
+            sends = Lines(nursery, items_max=BATCH_MESSAGES_MAX, bytes_max=BATCH_BYTES_MAX)
+            acks = Lines(nursery, items_max=ACKS_MAX, bytes_max=ACKS_MAX)  # acks carry no size: the count bounds
+            service = MessagingService(front, clients, config.proxy, acl, sends, acks)
             front.grpc = service
             got = await nursery.start(lambda task_status: serve_grpc(
                 service, node.grpc_listen, connections_max=config.broker.limits.connections_max,

@@ -3,7 +3,8 @@
 
 Rounds alternate which path goes first, so the host's drift cancels. Each path sends
 ``messages`` 1 KiB messages with ``inflight`` in flight (no batching on either side: the 5.x
-client sends one message a request), then the 5.x client receives and acks them (POP). Every
+client sends one message a request), then the 5.x client receives and acks them (POP): half with
+``ack`` one after another, half with ``ack_async`` over each received batch. Every
 process's CPU per message is read from /proc beside the throughput.
 """
 
@@ -83,7 +84,8 @@ def bench_grpc(
     config = load(ctx)
     name, endpoints = _grpc_endpoint(config, proxy)
     env = client_env()
-    paths: dict[str, list[Run]] = {"grpc_send": [], "remoting_send": [], "grpc_receive_ack": []}
+    paths: dict[str, list[Run]] = {"grpc_send": [], "remoting_send": [], "grpc_receive_ack": [],
+                                   "grpc_receive_ack_async": []}
     for r in range(rounds):
         order = ("grpc", "remoting") if r % 2 == 0 else ("remoting", "grpc")
         for path in order:
@@ -100,11 +102,17 @@ def bench_grpc(
             if not as_json:
                 typer.echo(f"round {r + 1} {path:<8} send: {run['msgs_per_s']:>6,} msgs/s, "
                            f"p50 {float(run['p50_ms']):.2f} ms, p99 {float(run['p99_ms']):.2f} ms", err=True)
-        run = run_workers("consume", {"endpoints": endpoints, "topic": topic, "group": f"{topic}-bench",
-                                      "messages": 2 * messages}, 1, config, module="mqctl.bench.rmq5_worker", env=env)
-        paths["grpc_receive_ack"].append(run)
-        if not as_json:
-            typer.echo(f"round {r + 1} grpc     receive+ack: {run['msgs_per_s']:>6,} msgs/s", err=True)
+        left = 2 * messages  # both paths' sends; the first consumer may take a little more than its half
+        for path, ack_async in (("grpc_receive_ack", False), ("grpc_receive_ack_async", True)):
+            run = run_workers("consume", {"endpoints": endpoints, "topic": topic, "group": f"{topic}-bench",
+                                          "messages": messages if not ack_async else left, "ack_async": ack_async},
+                              1, config,
+                              module="mqctl.bench.rmq5_worker", env=env)
+            paths[path].append(run)
+            left -= int(run["messages"])  # type: ignore[call-overload]
+            if not as_json:
+                typer.echo(f"round {r + 1} grpc     receive+ack{' (async)' if ack_async else ''}: "
+                           f"{run['msgs_per_s']:>6,} msgs/s", err=True)
     result: Run = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "rounds": rounds, "messages": messages,
                    "inflight": inflight, "proxy": name, **{path: _summary(runs) for path, runs in paths.items()}}
     if as_json:
@@ -114,5 +122,5 @@ def bench_grpc(
         part = result[path]
         assert isinstance(part, dict)
         cpu = ", ".join(f"{node} {us} us" for node, us in part["cpu_us_per_msg"].items())
-        typer.echo(f"{path:<17} {part['msgs_per_s']:>7,} msgs/s (median), p50 {part['p50_ms']:.2f} ms, "
+        typer.echo(f"{path:<23} {part['msgs_per_s']:>7,} msgs/s (median), p50 {part['p50_ms']:.2f} ms, "
                    f"p99 {part['p99_ms']:.2f} ms; CPU per message: {cpu}")

@@ -5,7 +5,8 @@
 The same protocol as ``mqctl.bench.worker``: ``ready`` once started, then ``go`` on stdin, then
 one JSON result (count, bytes, elapsed, sampled latencies in ms, this process's CPU seconds).
 ``produce`` keeps ``inflight`` sends in flight with ``send_async``; ``consume`` receives batches
-of 32 and acks each message, until it has ``messages``.
+of 32 and acks each message (one after another, or with ``ack_async`` the batch's acks at once, from 32 threads),
+until it has ``messages``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from mqctl.bench.worker import sample
 
@@ -73,6 +74,8 @@ def consume(args: dict) -> dict:
     consumer = SimpleConsumer(_config(args["endpoints"]), args["group"], {args["topic"]: FilterExpression("*")},
                               await_duration=1)
     consumer.startup()
+    # concurrent acks: SimpleConsumer.ack_async (5.1.2) returns None, so threads call ack
+    pool = ThreadPoolExecutor(32) if args.get("ack_async") else None
     cpu_at_go = _go()
     started = time.perf_counter()
     got, size, latencies = 0, 0, []
@@ -80,10 +83,13 @@ def consume(args: dict) -> dict:
     while got < args["messages"] and time.perf_counter() < deadline:
         asked = time.perf_counter()
         batch = consumer.receive(32, 30) or ()
-        for message in batch:
-            consumer.ack(message)
-            got += 1
-            size += len(message.body)
+        if pool is not None:  # the batch's acks at once from a thread each, as a push consumer's threads ack
+            list(pool.map(consumer.ack, batch))
+        else:
+            for message in batch:
+                consumer.ack(message)
+        got += len(batch)
+        size += sum(len(message.body) for message in batch)
         if batch:
             latencies.append((time.perf_counter() - asked) * 1000)
     elapsed = time.perf_counter() - started

@@ -168,6 +168,32 @@ def test_concurrent_sends_merged_into_batches_lose_nothing_and_keep_each_groups_
     assert messages == len(sent) and requests < messages  # sends were merged upstream
 
 
+def test_the_entries_of_one_ack_go_upstream_as_one_batch_ack_and_stay_acked(cluster):
+    name = topic(cluster, "Rmq5BatchAck", queues=1)
+    produce(cluster, name, [{"body": f"a{i}"} for i in range(10)])
+    ask = pb.ReceiveMessageRequest(group=pb.Resource(name="Rmq5BatchAckG"), batch_size=32,
+                                   invisible_duration={"seconds": 2}, long_polling_timeout={"seconds": 5},
+                                   message_queue=pb.MessageQueue(topic=pb.Resource(name=name), id=-1,
+                                                                 broker=pb.Broker(name="broker-a")))
+    with RawGrpc(cluster.grpc[0]) as door:
+        got = [f.message for f in door.receive_future(ask, "batch-acker") if f.HasField("message")]
+        assert sorted(m.body for m in got) == sorted(f"a{i}".encode() for i in range(10))
+        before = proxy_counts(cluster)
+        answer = door.unary("AckMessage", pb.AckMessageRequest(
+            group=ask.group, topic=ask.message_queue.topic, entries=[pb.AckMessageEntry(
+                message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle)
+                for m in got]), pb.AckMessageResponse, "batch-acker")
+        assert answer.status.code == pb.OK and [e.status.code for e in answer.entries] == [pb.OK] * 10
+        after = proxy_counts(cluster)
+        assert int(after["grpcAcks"]) - int(before["grpcAcks"]) == 10
+        assert int(after["grpcAckRequests"]) - int(before["grpcAckRequests"]) == 1  # one BATCH_ACK_MESSAGE
+        again = pb.ReceiveMessageRequest()
+        again.CopyFrom(ask)
+        again.long_polling_timeout.seconds = 4
+        frames = list(door.receive_future(again, "batch-acker"))
+        assert [f for f in frames if f.HasField("message")] == []  # acked: none came back after 2 s
+
+
 def test_a_push_consumer_consumes_and_acks_concurrently(cluster):
     name = topic(cluster, "Rmq5Push")
     sent = produce(cluster, name, [{"body": f"p{i}"} for i in range(40)])
