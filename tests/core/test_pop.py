@@ -186,6 +186,24 @@ async def test_a_batch_ack_acks_every_message_it_names(pop_cluster):
             raise AssertionError(f"batch-acked messages came back: {extra}")
 
 
+async def test_a_batch_ack_naming_checkpoints_of_several_revive_queues_acks_them_all(pop_cluster):
+    cluster, running = pop_cluster
+    await send(cluster.namesrv, "PopBatchRq", 4)
+    async with open_remoting_client() as client:
+        popped: list[tuple[MessageRecord, str]] = []
+        with trio.fail_after(10):
+            while len(popped) < 4:  # one message a POP: each POP's checkpoint takes the next revive queue
+                resp = await client.invoke(running.address, pop_request("PopBatchRq", max_nums=1, poll_ms=500))
+                popped += handles(resp) if resp.code == ResponseCode.SUCCESS else []
+        assert len({handle.split()[3] for _, handle in popped}) > 1
+        resp = await client.invoke(running.address, RemotingCommand(
+            code=RequestCode.BATCH_ACK_MESSAGE, body=batch_ack_body(popped)))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        with trio.move_on_after(3):
+            extra = await pop_until(client, running.address, "PopBatchRq", 1, 10)
+            raise AssertionError(f"batch-acked messages came back: {extra}")
+
+
 async def test_notification_says_whether_a_pop_would_find_a_message_and_waits_for_one(pop_cluster):
     cluster, running = pop_cluster
     await send(cluster.namesrv, "PopNotify", 1)

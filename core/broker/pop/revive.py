@@ -82,8 +82,11 @@ async def write_revive_records(broker: Broker, request: RemotingCommand, records
                                what: str) -> RemotingCommand | None:
     """Store checkpoints or acks and wait for the flush and replicas as a send would; None when
     done, else the error answer (nothing was handed out or acked)."""
+    groups: dict[tuple[str, int], list[MessageRecord]] = {}  # a put takes one queue's records
+    for record in records:
+        groups.setdefault((record.topic, record.queue_id), []).append(record)
     try:
-        results = broker.writes.put(records)
+        results = [result for group in groups.values() for result in broker.writes.put(group)]
     except Exception as exc:
         return request.reply(*response_code(exc))
     if broker.writes.waits:
