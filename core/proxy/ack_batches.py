@@ -55,6 +55,19 @@ def ack_request(ack: AckOf, *, invisible_ms: int | None = None) -> RemotingComma
     return header.request(change=invisible_ms is not None)
 
 
+def changed_handle(handle: ReceiptHandle, resp: RemotingCommand) -> ReceiptHandle | None:
+    """The new handle a CHANGE_MESSAGE_INVISIBLETIME answer makes (the old one is spent); None
+    when the answer lacks the fields."""
+    try:
+        return ReceiptHandle(
+            handle.ck_start_offset if handle.ordered else handle.queue_offset,
+            int(resp.ext_fields["popTime"]), int(resp.ext_fields["invisibleTime"]),
+            int(resp.ext_fields.get("reviveQid", handle.revive_qid)), handle.retry_flag, handle.broker_name,
+            handle.queue_id, handle.queue_offset, handle.commit_log_offset)
+    except (KeyError, ValueError):
+        return None
+
+
 def batch_ack_request(acks: list[AckOf]) -> RemotingCommand:
     """BATCH_ACK_MESSAGE for acks of one broker group (see the module's docstring)."""
     entries: dict[tuple[str, str, int, int, int, int, int], int] = {}

@@ -175,6 +175,10 @@ class GrpcClients:
         if client is not None and push in client.streams:
             client.streams.remove(push)
 
+    def find(self, client_id: str) -> GrpcClient | None:
+        """The client with ``client_id`` now, if any."""
+        return self._clients.get(client_id)
+
     def terminate(self, caller: Caller) -> None:
         """NotifyClientTermination: the caller's own record goes (another account's is refused)."""
         client = self._clients.get(caller.client_id)

@@ -12,10 +12,11 @@ from core.broker.pop.headers import (
     POP_MESSAGES_MAX,
     PopHeader,
 )
-from core.proxy.ack_batches import AckOf, ack_flush, ack_request
+from core.proxy.ack_batches import AckOf, ack_flush, ack_request, changed_handle
 from core.proxy.batching import Lines, Ticket
 from core.proxy.grpc_auth import Caller, check_permission
 from core.proxy.grpc_messages import Refused, check_group, check_topic, duration_ms, incoming
+from core.proxy.grpc_renewals import Renewals
 from core.proxy.grpc_routes import assignments
 from core.proxy.grpc_shared import DoorShared
 from core.proxy.grpc_status import NOT_FOUND, ok, overall, refused, status_of
@@ -26,7 +27,6 @@ from formats.pop import PopAnswer, PopRecordError, ReceiptHandle, retry_topic
 from formats.record import decode_records
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
-AUTO_RENEW_INVISIBLE_MS = 60_000
 LONG_POLL_DEFAULT_MS = 20_000
 
 
@@ -39,6 +39,7 @@ class Consuming:
         self.clients = service.clients
         self.settings = service.settings
         self.acks = acks
+        self.renewals = Renewals(service.clients, service.front, service.settings)
 
     async def query_assignment(self, req: pb.QueryAssignmentRequest, caller: Caller) -> pb.QueryAssignmentResponse:
         try:
@@ -52,7 +53,7 @@ class Consuming:
 
     def _invisible_ms(self, req: pb.ReceiveMessageRequest) -> int:
         if req.auto_renew:
-            return AUTO_RENEW_INVISIBLE_MS
+            return self.settings.auto_renew_slice_ms  # renewed while the client works (grpc_renewals.py)
         if not req.HasField("invisible_duration"):
             raise Refused(pb.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required without auto_renew")
         value = duration_ms(req.invisible_duration)
@@ -108,7 +109,10 @@ class Consuming:
             if attempt > self.settings.max_delivery_attempts:
                 await self._to_dead_letters(client.session, group, topic, handle, record.uniq_key or "")
                 continue
-            out.append(incoming(record, topic, receipt_handle=handle.text(with_commit_log_offset=True),
+            text = handle.text(with_commit_log_offset=True)
+            if req.auto_renew:
+                self.renewals.keep(client, text, group, topic, handle)
+            out.append(incoming(record, topic, receipt_handle=text,
                                 delivery_attempt=attempt))
         return out
 
@@ -132,11 +136,12 @@ class Consuming:
             topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
         except Refused as exc:
             return pb.AckMessageResponse(status=refused(exc))
-        session = self.clients.get(caller).session
+        client = self.clients.get(caller)
+        session = client.session
         lined: list[Ticket[AckOf, RemotingCommand | None] | pb.Status] = []
         for entry in req.entries:  # every entry lined up first: those of one request share a batch
             try:
-                ack = AckOf(group, topic, self._handle(entry.receipt_handle))
+                ack = AckOf(group, topic, self._handle(await self.renewals.latest(client, entry.receipt_handle)))
             except Refused as exc:
                 lined.append(refused(exc))
                 continue
@@ -156,7 +161,7 @@ class Consuming:
                                         caller: Caller) -> pb.ChangeInvisibleDurationResponse:
         try:
             topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
-            handle = self._handle(req.receipt_handle)
+            handle = self._handle(await self.renewals.latest(self.clients.get(caller), req.receipt_handle))
             invisible = duration_ms(req.invisible_duration)
             if not 0 <= invisible <= INVISIBLE_TIME_MAX_MS:
                 raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be 0 to {INVISIBLE_TIME_MAX_MS} ms")
@@ -167,13 +172,8 @@ class Consuming:
         status = status_of(resp, "change invisible duration")
         if resp is None or status.code != pb.OK:
             return pb.ChangeInvisibleDurationResponse(status=status)
-        try:
-            new = ReceiptHandle(
-                handle.ck_start_offset if handle.ordered else handle.queue_offset,
-                int(resp.ext_fields["popTime"]), int(resp.ext_fields["invisibleTime"]),
-                int(resp.ext_fields.get("reviveQid", handle.revive_qid)), handle.retry_flag, handle.broker_name,
-                handle.queue_id, handle.queue_offset, handle.commit_log_offset)
-        except (KeyError, ValueError):
+        new = changed_handle(handle, resp)
+        if new is None:
             return pb.ChangeInvisibleDurationResponse(status=pb.Status(
                 code=pb.INTERNAL_SERVER_ERROR, message="the broker's answer lacks popTime or invisibleTime"))
         return pb.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=new.text(with_commit_log_offset=True))
@@ -182,7 +182,7 @@ class Consuming:
                                            caller: Caller) -> pb.ForwardMessageToDeadLetterQueueResponse:
         try:
             topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
-            handle = self._handle(req.receipt_handle)
+            handle = self._handle(await self.renewals.latest(self.clients.get(caller), req.receipt_handle))
         except Refused as exc:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=refused(exc))
         status = await self._to_dead_letters(self.clients.get(caller).session, group, topic, handle, req.message_id)

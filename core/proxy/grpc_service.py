@@ -69,10 +69,12 @@ class MessagingService(DoorShared):
 
     def runtime_table(self) -> dict[str, str]:
         """The gRPC door's counters, in the proxy's GET_BROKER_RUNTIME_INFO table."""
-        batches, acks = self.producing.batches, self.consuming.acks
+        batches, acks, renewals = self.producing.batches, self.consuming.acks, self.consuming.renewals
         return {"grpcClients": str(len(self.clients)), "grpcCheckBacks": str(self.clients.check_backs),
                 "grpcSendRequests": str(batches.batches), "grpcSendMessages": str(batches.items),
                 "grpcAckRequests": str(acks.batches), "grpcAcks": str(acks.items),
+                "grpcRenewing": str(renewals.count()), "grpcRenewed": str(renewals.renewed),
+                "grpcRenewSkipped": str(renewals.skipped),
                 **self.door_stats(), **{f"grpc{rpc}": str(n) for rpc, n in sorted(self.counts.items())}}
 
     def count(self, rpc: str) -> None:

@@ -47,6 +47,7 @@ async def serve_proxy(
             acks = Lines(nursery, items_max=ACKS_MAX, bytes_max=ACKS_MAX)  # acks carry no size: the count bounds
             service = MessagingService(front, clients, config.proxy, acl, sends, acks)
             front.grpc = service
+            nursery.start_soon(service.consuming.renewals.run)
             got = await nursery.start(lambda task_status: serve_grpc(
                 service, node.grpc_listen, connections_max=config.broker.limits.connections_max,
                 task_status=task_status))
