@@ -38,6 +38,7 @@ TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 TIMER_DELAY_MS = "TIMER_DELAY_MS"
 TIMER_OUT_MS = "TIMER_OUT_MS"  # when a held timer message is due (set by the broker)
+TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"  # a recall marker: the timer message with this UNIQ_KEY is not delivered
 KEY_SEPARATOR = " "
 
 

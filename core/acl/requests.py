@@ -118,6 +118,7 @@ RULES: Mapping[int, Rule] = MappingProxyType({
     RequestCode.SEND_MESSAGE_V2: Rule(topics=("b",), topic_perm=PUB),
     RequestCode.SEND_BATCH_MESSAGE: Rule(topics=("b",), topic_perm=PUB),
     RequestCode.END_TRANSACTION: Rule(topics=("topic",), topic_perm=PUB),
+    RequestCode.RECALL_MESSAGE: Rule(topics=("topic",), topic_perm=PUB),
     RequestCode.CONSUMER_SEND_MSG_BACK: Rule(groups=("group",)),
     RequestCode.PULL_MESSAGE: _CONSUMER,
     RequestCode.POP_MESSAGE: _CONSUMER,

@@ -14,6 +14,7 @@ from core.broker.pop import acks, processor
 from core.broker.pop.revive import when_pop_ready
 from core.broker.pull import handle_pull
 from core.broker.query import handle_query_message
+from core.broker.recall import handle_recall
 from core.broker.send import handle_send
 from core.broker.send_back import handle_send_back
 from core.remoting.codes import RequestCode
@@ -30,6 +31,7 @@ HANDLERS: Mapping[int, Handler] = MappingProxyType({
     RequestCode.NOTIFICATION: when_pop_ready(processor.handle_notification),
     RequestCode.CONSUMER_SEND_MSG_BACK: handle_send_back,
     RequestCode.END_TRANSACTION: handle_end_transaction,
+    RequestCode.RECALL_MESSAGE: handle_recall,
     RequestCode.LOCK_BATCH_MQ: client_requests.lock_batch,
     RequestCode.UNLOCK_BATCH_MQ: client_requests.unlock_batch,
     RequestCode.HEART_BEAT: client_requests.heartbeat,

@@ -14,6 +14,12 @@ its saved progress is the first entry not yet delivered. Times are kept to the m
 wheel ticks); a time in the past, or more than ``TIMER_MAX_DELAY_MS`` ahead, is refused by
 :func:`timer_due_ms` as RocketMQ refuses it, or delivered at once.
 
+A timer message can be recalled before it is due (RECALL_MESSAGE, core/broker/recall.py): a
+marker naming its UNIQ_KEY and due time goes into the queue after the timer queue, and the
+message is dropped when it falls due. Markers are read into memory as they are written and
+again from the whole queue after a restart (``RECALLS_MAX`` at once; a marker goes once its
+time has passed).
+
 Unlike RocketMQ, a crash between a delivery and the next save of the progress does not deliver
 twice: after a restart, entries that were already due before the restart are first looked up
 by UNIQ_KEY in their real topic, and skipped when a copy stored after them is there.
@@ -39,6 +45,7 @@ from formats.properties import (
     DELAY,
     REAL_QID,
     REAL_TOPIC,
+    TIMER_DEL_UNIQKEY,
     TIMER_DELAY_MS,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
@@ -57,6 +64,8 @@ PERSIST_INTERVAL_S = 1.0
 
 
 TIMER_HEAP_MAX = 100_000
+RECALLS_MAX = 100_000
+RECALL_KEEP_MS = 60_000  # a marker outlives its due time this long (a delivery running late)
 TIMER_MAX_DELAY_MS = 3 * 24 * 3600 * 1000  # RocketMQ's timerMaxDelaySec
 
 
@@ -139,6 +148,7 @@ class ScheduleStatistics:
     delivered: int = 0
     skipped_as_delivered: int = 0
     skipped_malformed: int = 0
+    recalled: int = 0
 
 
 class ScheduleService:
@@ -163,6 +173,9 @@ class ScheduleService:
         self._timers: list[tuple[int, int, int]] = []  # (due, queue offset, phys offset), read ahead
         self._timers_read = 0  # the next timer queue offset to read into the heap
         self._timers_done: set[int] = set()  # delivered offsets past the saved progress
+        self.recall_queue = self.timer_queue + 1  # recall markers
+        self._recalled: dict[str, int] = {}  # UNIQ_KEY -> due ms, of recalled timer messages
+        self._recalls_read = 0
         # Entries due before this instant may have been delivered by a run that crashed before
         # saving its progress: check those against the real topic first.
         self._uncertain_before_ms = time.time_ns() // 1_000_000 if started_ms is None else started_ms
@@ -182,6 +195,34 @@ class ScheduleService:
         self.wake.set()
         return to_schedule(rec, level, len(self.levels_ms))
 
+    def recall(self, uniq_key: str, due_ms: int) -> MessageRecord | None:
+        """The marker to store for recalling the timer message ``uniq_key`` due at ``due_ms``
+        (it is dropped from now on); None when ``RECALLS_MAX`` recalls are waiting already."""
+        if len(self._recalled) >= RECALLS_MAX and uniq_key not in self._recalled:
+            return None
+        self._recalled[uniq_key] = due_ms
+        return MessageRecord(topic=SCHEDULE_TOPIC, body=b"recall", queue_id=self.recall_queue,
+                             properties={TIMER_OUT_MS: str(due_ms), TIMER_DEL_UNIQKEY: uniq_key, UNIQ_KEY: uniq_key},
+                             store_host=self.store_host)
+
+    def _read_recalls(self, now_ms: int) -> None:
+        """Markers written since the last read (all of them after a restart); spent ones go."""
+        start = max(self._recalls_read, self.store.min_queue_offset(SCHEDULE_TOPIC, self.recall_queue))
+        while entries := self.store.queue_entries(SCHEDULE_TOPIC, self.recall_queue, start, READ_BATCH):
+            for queue_offset, entry in entries:
+                start = queue_offset + 1
+                if entry.is_padding or entry.tags_code + RECALL_KEEP_MS < now_ms or len(self._recalled) >= RECALLS_MAX:
+                    continue
+                try:
+                    uniq = self.store.read_record(entry.phys_offset).properties.get(TIMER_DEL_UNIQKEY)
+                except (KeyError, RecordError):
+                    continue
+                if uniq:
+                    self._recalled[uniq] = entry.tags_code
+        self._recalls_read = start
+        for uniq in [u for u, due in self._recalled.items() if due + RECALL_KEEP_MS < now_ms]:
+            del self._recalled[uniq]
+
     def deliver_due(self, now_ms: int) -> int | None:
         """Deliver every entry due at ``now_ms``; returns when the next one is due (``None``
         when no level has entries waiting). A refused put (full disk) stops the round; the
@@ -197,6 +238,7 @@ class ScheduleService:
         return next_due
 
     def _deliver_timers(self, now_ms: int) -> int | None:
+        self._read_recalls(now_ms)
         queue_id = self.timer_queue
         saved = max(self.offsets.get(self._timer_level, 0), self.store.min_queue_offset(SCHEDULE_TOPIC, queue_id))
         if self._timers_read < saved:  # first round, or the queue's head was deleted
@@ -253,6 +295,11 @@ class ScheduleService:
         if real is None:
             log.warning("schedule: the record at %d has no valid REAL_TOPIC/REAL_QID; skipped", phys_offset)
             self.stats.skipped_malformed += 1
+            return
+        uniq = real.properties.get(UNIQ_KEY)
+        if uniq is not None and self._recalled.get(uniq) == due_ms:
+            del self._recalled[uniq]
+            self.stats.recalled += 1
             return
         if due_ms < self._uncertain_before_ms and self._already_delivered(real, rec.store_timestamp):
             self.stats.skipped_as_delivered += 1

@@ -13,15 +13,17 @@ from core.broker.topics import TopicTable
 from core.broker.transaction_service import TransactionService
 from core.broker.transactions import is_half
 from core.broker.write_path import WritePath
+from core.config import BrokerNode
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.store.store_types import PutResult
-from core.topic_names import send_refusal
+from core.topic_names import RETRY_PREFIX, SCHEDULE_TOPIC, send_refusal
 from formats.batch import decode_batch
 from formats.compression import decompress
 from formats.msgid import encode_offset_msg_id
-from formats.properties import CLUSTER, DELAY, TRAN_MSG, WAIT, decode_properties
+from formats.properties import CLUSTER, DELAY, TIMER_OUT_MS, TRAN_MSG, UNIQ_KEY, WAIT, decode_properties
+from formats.recall import RecallHandle
 from formats.record import MessageRecord
 from formats.sysflag import COMPRESSED, COMPRESSION_TYPE_MASK, compression_type
 
@@ -38,6 +40,7 @@ class SendingBroker(Protocol):
     transactions: TransactionService
     schedule: ScheduleService
     writes: WritePath
+    node: BrokerNode
 
     def topics_changed(self) -> None: ...
 
@@ -121,22 +124,31 @@ def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connectio
     except Exception as exc:  # store, format and size errors, mapped in one place
         code, remark = response_code(exc)
         return request.reply(code, remark)
+    extra = {} if batch or header.batch else _recall_field(broker, records[0], header.topic)
     if broker.writes.waits:
-        return _after_waits(broker, request, queue_id, results)
-    return _sent(broker, request, queue_id, results, ResponseCode.SUCCESS)
+        return _after_waits(broker, request, queue_id, results, extra)
+    return _sent(broker, request, queue_id, results, ResponseCode.SUCCESS, extra)
+
+
+def _recall_field(broker: SendingBroker, stored: MessageRecord, topic: str) -> dict[str, str]:
+    """``recallHandle`` for a timer message held for later (not for retries), as RocketMQ 5 answers."""
+    due, uniq = stored.properties.get(TIMER_OUT_MS), stored.properties.get(UNIQ_KEY)
+    if stored.topic != SCHEDULE_TOPIC or not due or not uniq or topic.startswith(RETRY_PREFIX):
+        return {}
+    return {"recallHandle": RecallHandle(topic, broker.node.name, int(due), uniq).text()}
 
 
 async def _after_waits(broker: SendingBroker, request: RemotingCommand, queue_id: int,
-                       results: list[PutResult]) -> RemotingCommand:
+                       results: list[PutResult], extra: dict[str, str]) -> RemotingCommand:
     """Answer once the sync flush and the replicas (whichever apply) confirm the records."""
     code, remark = await broker.writes.confirmed(results)
     if remark is not None:
         return request.reply(code, remark)
-    return _sent(broker, request, queue_id, results, code)
+    return _sent(broker, request, queue_id, results, code, extra)
 
 
 def _sent(broker: SendingBroker, request: RemotingCommand, queue_id: int, results: list[PutResult],
-          code: int) -> RemotingCommand:
+          code: int, extra: dict[str, str]) -> RemotingCommand:
     host, port = broker.store_host
     if len(results) == 1:
         msg_ids = encode_offset_msg_id(host, port, results[0].phys_offset)
@@ -145,7 +157,7 @@ def _sent(broker: SendingBroker, request: RemotingCommand, queue_id: int, result
         digits = struct.pack(f">{len(results)}q", *[r.phys_offset for r in results]).hex().upper()
         msg_ids = ",".join([prefix + digits[i : i + 16] for i in range(0, len(digits), 16)])
     return request.reply(code, ext_fields={
-        "msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(results[0].queue_offset),
+        "msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(results[0].queue_offset), **extra,
     })
 
 

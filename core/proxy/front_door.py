@@ -46,7 +46,7 @@ from formats.pull_body import with_store_host
 log = logging.getLogger(__name__)
 
 WRITES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
-                    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION,
+                    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION, RequestCode.RECALL_MESSAGE,
                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.UPDATE_AND_CREATE_TOPIC,
                     # POP writes checkpoints and acks, and reads the master's offsets
                     RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE,

@@ -1,5 +1,5 @@
 """The producing RPCs of the gRPC door: SendMessage (merged into batch requests upstream by
-core/proxy/send_batches.py) and EndTransaction."""
+core/proxy/send_batches.py), EndTransaction and RecallMessage."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from core.proxy.grpc_routes import writable
 from core.proxy.grpc_shared import DoorShared
 from core.proxy.grpc_status import ok, overall, refused, status_of
 from core.proxy.send_batches import Send, SendAnswer, send_flush
-from core.remoting.codes import FLAG_ONEWAY
+from core.remoting.codes import FLAG_ONEWAY, RequestCode
 from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
 from formats.msgid import decode_offset_msg_id
 from formats.properties import DELAY, TIMER_DELIVER_MS, encode_properties
+from formats.recall import RecallHandle, RecallHandleError
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
 UNBATCHABLE = frozenset({DELAY, TIMER_DELIVER_MS})  # the broker refuses delayed messages in batches
@@ -111,7 +112,29 @@ class Producing:
                 log_offset = -1
             self.clients.transactions.keep(out.topic, transaction_id, HalfMessage(
                 group, offset, log_offset, answer.msg_id()))
-        return pb.SendResultEntry(status=status, message_id=message_id, transaction_id=transaction_id, offset=offset)
+        return pb.SendResultEntry(status=status, message_id=message_id, transaction_id=transaction_id, offset=offset,
+                                  recall_handle=resp.ext_fields.get("recallHandle", "") if not answer.index else "")
+
+    async def recall_message(self, req: pb.RecallMessageRequest, caller: Caller) -> pb.RecallMessageResponse:
+        """RECALL_MESSAGE to the group the handle names: the timer message is not delivered."""
+        try:
+            topic = check_topic(req.topic.name)
+            check_permission(self.shared.policy(), caller, topic=topic, topic_perm=PUB)
+            try:
+                handle = RecallHandle.parse(req.recall_handle)
+            except RecallHandleError as exc:
+                raise Refused(pb.BAD_REQUEST, str(exc)) from None
+            if handle.broker_name not in self.front.view.groups or handle.topic != topic:
+                raise Refused(pb.BAD_REQUEST, "the recall handle names another topic or no broker group of the cluster")
+        except Refused as exc:
+            return pb.RecallMessageResponse(status=refused(exc))
+        request = RemotingCommand(code=RequestCode.RECALL_MESSAGE, language="PYTHON", ext_fields={
+            "producerGroup": topic, "topic": topic, "recallHandle": req.recall_handle})
+        resp = await self.front.write(request, self.clients.get(caller).session, handle.broker_name)
+        status = status_of(resp, "recall")
+        if resp is None or status.code != pb.OK:
+            return pb.RecallMessageResponse(status=status)
+        return pb.RecallMessageResponse(status=status, message_id=resp.ext_fields.get("msgId", handle.uniq_key))
 
     async def end_transaction(self, req: pb.EndTransactionRequest, caller: Caller) -> pb.EndTransactionResponse:
         if not req.transaction_id:

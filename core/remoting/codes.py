@@ -53,6 +53,7 @@ class RequestCode(enum.IntEnum):
     CHANGE_MESSAGE_INVISIBLETIME = 200053
     NOTIFICATION = 200054
     BATCH_ACK_MESSAGE = 200151
+    RECALL_MESSAGE = 370
     # mqctl's own (RocketMQ 4.x has no broker request for it): hand a raft group's leadership to
     # the member named in extFields "target"; answered at once, the election follows within a lease
     TRANSFER_LEADERSHIP = 60001
@@ -88,6 +89,7 @@ class ResponseCode(enum.IntEnum):
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604
 
 
 class LanguageCode(enum.IntEnum):

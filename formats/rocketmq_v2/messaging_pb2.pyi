@@ -699,6 +699,22 @@ class ChangeInvisibleDurationResponse(_message.Message):
     receipt_handle: str
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
 
+class RecallMessageRequest(_message.Message):
+    __slots__ = ("topic", "recall_handle")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    topic: Resource
+    recall_handle: str
+    def __init__(self, topic: _Optional[_Union[Resource, _Mapping]] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class RecallMessageResponse(_message.Message):
+    __slots__ = ("status", "message_id")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message_id: str
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., message_id: _Optional[str] = ...) -> None: ...
+
 class ThreadStackTrace(_message.Message):
     __slots__ = ("nonce", "thread_stack_trace")
     NONCE_FIELD_NUMBER: _ClassVar[int]

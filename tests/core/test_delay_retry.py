@@ -6,7 +6,7 @@ import time
 import pytest
 import trio
 
-from core.broker.schedule import ScheduleService, to_schedule
+from core.broker.schedule import ScheduleService, to_schedule, to_timer
 from core.config import ConfigError, StoreConfig, parse_delay_levels
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
@@ -74,6 +74,23 @@ async def test_a_crash_before_saving_progress_does_not_deliver_twice(tmp_path):
         restarted.deliver_due(stamp + 1001)
         assert restarted.stats.skipped_as_delivered == 2 and restarted.stats.delivered == 0
         assert store.max_queue_offset("Orders", 1) == 1 and store.max_queue_offset("Orders", 0) == 1
+
+
+async def test_a_recalled_timer_message_is_dropped_when_due_also_after_a_restart(tmp_path):
+    async with open_message_store(tmp_path / "n", FAST_LEVELS) as store:
+        first = ScheduleService(store, tmp_path / "config", ("127.0.0.1", 10911))
+        due = now_ms() + 60_000
+        for i in range(2):
+            rec = MessageRecord("Orders", f"t{i}".encode(), {"UNIQ_KEY": f"T{i}"}, queue_id=0,
+                                store_host=("127.0.0.1", 10911))
+            store.put(to_timer(rec, due, first.timer_queue))
+        store.put(first.recall("T0", due))  # the marker, as RECALL_MESSAGE stores it
+        restarted = ScheduleService(store, tmp_path / "config", ("127.0.0.1", 10911))  # knows it from the log only
+        assert restarted.deliver_due(due - 1) == due
+        restarted.deliver_due(due)
+        assert restarted.stats.recalled == 1 and restarted.stats.delivered == 1
+        got = [store.read_record(e.phys_offset).body for _, e in store.queue_entries("Orders", 0, 0, 10)]
+        assert got == [b"t1"]
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ It runs in a child process with ``.venv/clients/rocketmq5`` first on PYTHONPATH 
 :func:`client_env`): that package is also named ``rocketmq``, as the C++ client's is.
 
     rmq5_client.py produce ENDPOINTS TOPIC SPEC_JSON      SPEC: [{body, tag, keys, props, group,
-                                                           delay_s, tx: commit|rollback|unknown}]
+                                                           delay_s, recall, tx: commit|rollback|unknown}]
     rmq5_client.py consume ENDPOINTS GROUP TOPIC OPTIONS_JSON
                    OPTIONS: {filter, count, invisible_s, wait_s, ack: all|none, change_s, await_s,
                              stop_file}
-    rmq5_client.py push ENDPOINTS GROUP TOPIC COUNT WAIT_S
+    rmq5_client.py push ENDPOINTS GROUP TOPIC COUNT WAIT_S [WORK_S]
     rmq5_client.py produce-steady ENDPOINTS TOPIC SECONDS STOP_FILE
     rmq5_client.py bench ENDPOINTS TOPIC GROUP COUNT SIZE
     rmq5_client.py produce-many ENDPOINTS TOPIC OPTIONS_JSON
@@ -106,7 +106,9 @@ def produce(endpoints: str, topic: str, specs: list[dict]) -> None:
                         unknown += 1
                 else:
                     receipt = producer.send(message(topic, spec))
-                emit(event="sent", id=receipt.message_id, body=spec.get("body"))
+                emit(event="sent", id=receipt.message_id, body=spec.get("body"), recall_handle=receipt.recall_handle)
+                if spec.get("recall"):  # a timer message taken back before it is due
+                    emit(event="recalled", id=producer.recall_message(topic, receipt.recall_handle))
             except Exception as exc:
                 emit(event="failed", error=f"{type(exc).__name__}: {exc}", body=spec.get("body"))
         if unknown:  # stay up for the broker's check-back (and its answer's delivery)
@@ -148,7 +150,9 @@ def consume(endpoints: str, group: str, topic: str, options: dict) -> None:
         consumer.shutdown()
 
 
-def push(endpoints: str, group: str, topic: str, count: int, wait_s: float) -> None:
+def push(endpoints: str, group: str, topic: str, count: int, wait_s: float, work_s: float = 0.0) -> None:
+    """Consume ``count`` messages with a push consumer whose handler takes ``work_s`` each
+    (``started`` rows when a handler begins, ``consumed`` when it returns)."""
     from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer
     done = threading.Event()
     seen = []
@@ -158,6 +162,9 @@ def push(endpoints: str, group: str, topic: str, count: int, wait_s: float) -> N
         def consume(self, m):
             row = shown(m)
             row["thread"] = threading.current_thread().name
+            if work_s:
+                emit(event="started", **row)
+                time.sleep(work_s)
             with lock:
                 seen.append(row)
                 emit(event="consumed", **row)
@@ -263,7 +270,7 @@ def main(argv: list[str]) -> None:
     elif mode == "consume":
         consume(args[0], args[1], args[2], json.loads(args[3]))
     elif mode == "push":
-        push(args[0], args[1], args[2], int(args[3]), float(args[4]))
+        push(args[0], args[1], args[2], int(args[3]), float(args[4]), float(args[5]) if len(args) > 5 else 0.0)
     elif mode == "produce-steady":
         produce_steady(args[0], args[1], float(args[2]), args[3])
     elif mode == "produce-many":

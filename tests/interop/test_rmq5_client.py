@@ -25,6 +25,7 @@ from tests.interop.grpc_raw import RawGrpc
 
 MAX_ATTEMPTS = 3
 FIFO_GROUP = "FifoGroup"
+RENEW_SLICE_MS = 3000  # push consumers' messages are handed out for 3 s and renewed while handled
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,7 @@ def cluster(tmp_path_factory):
     with running_cluster(tmp, child_env(), proxies=1, grpc=True,
                          broker="transaction_timeout_ms = 1000\ntransaction_check_interval_ms = 1000",
                          proxy=f"min_invisible_ms = 1000\nmax_delivery_attempts = {MAX_ATTEMPTS}\n"
+                               f"auto_renew_slice_ms = {RENEW_SLICE_MS}\nauto_renew_ahead_ms = 1500\n"
                                f'fifo_groups = ["{FIFO_GROUP}"]') as c:
         yield c
 
@@ -194,6 +196,18 @@ def test_the_entries_of_one_ack_go_upstream_as_one_batch_ack_and_stay_acked(clus
         assert [f for f in frames if f.HasField("message")] == []  # acked: none came back after 2 s
 
 
+def test_a_push_consumers_slow_handler_keeps_its_message_which_is_delivered_and_acked_once(cluster):
+    name = topic(cluster, "Rmq5SlowHandler")
+    sent = produce(cluster, name, [{"body": f"slow{i}"} for i in range(2)])
+    before = proxy_counts(cluster)
+    rows = cluster.rmq5("push", cluster.grpc[0], "Rmq5SlowG", name, "2", "40", "8")  # 8 s handlers, 3 s slices
+    started = [r["id"] for r in rows if r["event"] == "started"]
+    assert sorted(started) == sorted(r["id"] for r in sent)  # each handed to a handler once: none came back
+    assert sorted(r["id"] for r in rows if r["event"] == "consumed") == sorted(started)
+    assert int(proxy_counts(cluster)["grpcRenewed"]) - int(before.get("grpcRenewed", "0")) >= 2
+    assert consume(cluster, "Rmq5SlowG", name, count=1, wait_s=5) == []  # acked with the renewed handles
+
+
 def test_a_push_consumer_consumes_and_acks_concurrently(cluster):
     name = topic(cluster, "Rmq5Push")
     sent = produce(cluster, name, [{"body": f"p{i}"} for i in range(40)])
@@ -214,6 +228,22 @@ def test_a_delayed_message_is_delivered_at_its_time(cluster):
     assert sent_at + 2 <= due_s <= sent_at + 4
     assert by_body["now"]["at"] < due_s
     assert by_body["later"]["at"] >= due_s
+
+
+def test_a_recalled_timer_message_is_never_delivered(cluster):
+    name = topic(cluster, "Rmq5Recall", queues=1)
+    rows = produce(cluster, name, [{"body": "recalled", "delay_s": 4, "recall": True}, {"body": "kept", "delay_s": 4}])
+    sent = {r["body"]: r for r in rows if r["event"] == "sent"}
+    assert [r["id"] for r in rows if r["event"] == "recalled"] == [sent["recalled"]["id"]]
+    got = consume(cluster, "Rmq5RecallG", name, count=2, wait_s=12)
+    assert [bytes.fromhex(r["body"]).decode() for r in got] == ["kept"]  # the recalled one never came
+    with RawGrpc(cluster.grpc[0]) as door:  # a message delivered already cannot be recalled
+        late = door.unary("RecallMessage", pb.RecallMessageRequest(
+            topic=pb.Resource(name=name), recall_handle=sent["kept"]["recall_handle"]), pb.RecallMessageResponse, "late")
+        forged = door.unary("RecallMessage", pb.RecallMessageRequest(
+            topic=pb.Resource(name=name), recall_handle="bm90IGEgaGFuZGxl"), pb.RecallMessageResponse, "late")
+    assert late.status.code == pb.BAD_REQUEST and "due already" in late.status.message, late.status
+    assert forged.status.code == pb.BAD_REQUEST, forged.status
 
 
 def test_transactions_commit_roll_back_and_are_resolved_by_check_back(cluster):

@@ -18,6 +18,7 @@ from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.signing import Credentials, sign
+from formats.recall import RecallHandle
 from formats.record import decode_records
 from formats.rocketmq_v2 import messaging_pb2 as pb
 from tests.conftest import Cluster, child_env, running_cluster
@@ -376,6 +377,8 @@ def test_every_rpc_that_names_a_topic_or_group_is_refused_without_its_permission
             group=group, topic=secret, receipt_handle=handle, message_id="m"), pb.ForwardMessageToDeadLetterQueueResponse),
         "EndTransaction": (pb.EndTransactionRequest(topic=secret, message_id="m", transaction_id="t",
                                                     resolution=pb.COMMIT), pb.EndTransactionResponse),
+        "RecallMessage": (pb.RecallMessageRequest(topic=secret, recall_handle=RecallHandle(
+            "Secret", "broker-a", 2**40, "U").text()), pb.RecallMessageResponse),
         "ChangeInvisibleDuration": (pb.ChangeInvisibleDurationRequest(
             group=group, topic=secret, receipt_handle=handle, invisible_duration={"seconds": 30}),
             pb.ChangeInvisibleDurationResponse),

@@ -84,6 +84,7 @@ def rpc_table(s: MessagingService) -> dict[str, Rpc]:
         ("AckMessage", c.ack_message, pb.AckMessageRequest, pb.AckMessageResponse),
         ("ForwardMessageToDeadLetterQueue", c.forward_to_dead_letter_queue,
          pb.ForwardMessageToDeadLetterQueueRequest, pb.ForwardMessageToDeadLetterQueueResponse),
+        ("RecallMessage", p.recall_message, pb.RecallMessageRequest, pb.RecallMessageResponse),
         ("EndTransaction", p.end_transaction, pb.EndTransactionRequest, pb.EndTransactionResponse),
         ("NotifyClientTermination", s.notify_client_termination, pb.NotifyClientTerminationRequest,
          pb.NotifyClientTerminationResponse),
