@@ -400,3 +400,46 @@ def test_every_rpc_that_names_a_topic_or_group_is_refused_without_its_permission
         mine = door.unary("NotifyClientTermination", pb.NotifyClientTerminationRequest(),
                           pb.NotifyClientTerminationResponse, "walker-1", READER_ACCOUNT)
         assert mine.status.code == pb.OK  # its own id (another account's: test_a_client_id_in_use_...)
+
+
+def test_hostile_http2_gets_goaway_and_the_door_keeps_serving(bounded):
+    """Bytes no gRPC client sends, straight to the gRPC port: each connection is ended (a GOAWAY
+    where it got as far as HTTP/2) and the next client is served."""
+    import random
+    import socket
+
+    from formats import http2 as h2
+    from formats.hpack import encode_literal
+
+    host, port = bounded.grpc[0].rsplit(":", 1)
+    headers = b"".join(encode_literal(k, v) for k, v in [(b":method", b"POST"), (b":path", b"/x/y"),
+                                                         (b"content-type", b"application/grpc")])
+    rng = random.Random(34)
+    hostile = [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        h2.PREFACE + h2.frame(h2.DATA, 0, 1, b"x" * 20_000),  # past the frame size
+        h2.PREFACE + h2.frame(h2.HEADERS, h2.END_HEADERS, 1, b"\xff\xff\xff\xff\xff\x7f"),  # bad HPACK
+        h2.PREFACE + h2.frame(h2.HEADERS, 0, 1, headers) + h2.frame(h2.DATA, 0, 1, b"x"),  # no CONTINUATION
+        h2.PREFACE + h2.frame(h2.WINDOW_UPDATE, 0, 0, b"\x7f\xff\xff\xff") * 2,  # window past 2^31-1
+        h2.PREFACE + h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, 1, headers)
+        + h2.frame(h2.DATA, 0, 3, b"late"),  # DATA on an idle stream
+    ] + [h2.PREFACE + bytes(rng.randrange(256) for _ in range(rng.randrange(9, 400))) for _ in range(20)]
+    for i, data in enumerate(hostile):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        kinds, pos = [], 0
+        while pos + h2.FRAME_HEADER_SIZE <= len(answer):
+            length, kind, _, _ = h2.parse_header(answer, pos)
+            kinds.append(kind)
+            pos += h2.FRAME_HEADER_SIZE + length
+        if 1 <= i <= 5:  # broken HTTP/2: our SETTINGS first, and a GOAWAY
+            assert kinds[0] == h2.SETTINGS and h2.GOAWAY in kinds, (i, kinds)
+    route = pb.QueryRouteRequest(topic=pb.Resource(name="Quiet"), endpoints=pb.Endpoints(
+        scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)]))
+    with RawGrpc(bounded.grpc[0]) as door:
+        assert door.unary("QueryRoute", route, pb.QueryRouteResponse, "after-hostile").status.code == pb.OK
+        terminate(door, "after-hostile")

@@ -138,6 +138,8 @@ class GrpcDoor:
         try:
             peer = stream.socket.getpeername()
             await _Connection(self, stream, str(peer[0])).run()
+        except Exception:  # a bug serving one connection must not end the port's other connections
+            log.exception("gRPC connection from %s", stream.socket.getpeername()[0] if stream.socket else "?")
         finally:
             self.connections -= 1
 
@@ -152,39 +154,44 @@ class _Connection:
         self.h2 = GrpcConnection(MESSAGE_BYTES_MAX)
         self.calls: dict[int, _Call] = {}
         self._wake = trio.Event()
+        self._sending = trio.Lock()
 
     def wake(self) -> None:
         """Something is ready to send: the writer sends it on its next pass."""
         self._wake.set()
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            self.nursery = nursery
-            nursery.start_soon(self._write)
-            try:
-                while not self.h2.closed:
-                    data = await self.stream.receive_some(RECEIVE_BYTES)
-                    if not data:
-                        break
-                    for event in self.h2.receive(data):
-                        self._on(event)
-                    self.wake()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            finally:
-                for call in self.calls.values():
-                    call.scope.cancel()
-                with trio.move_on_after(1):  # the GOAWAY of a broken connection, and what else is made
-                    self.wake()
-                    await trio.lowlevel.checkpoint()
-                    await self._send_pending()
-                nursery.cancel_scope.cancel()
-        await trio.aclose_forcefully(self.stream)
+        try:
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                nursery.start_soon(self._write)
+                try:
+                    while not self.h2.closed:
+                        data = await self.stream.receive_some(RECEIVE_BYTES)
+                        if not data:
+                            break
+                        for event in self.h2.receive(data):
+                            self._on(event)
+                        self.wake()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                finally:
+                    for call in self.calls.values():
+                        call.scope.cancel()
+                    with trio.move_on_after(1):  # the GOAWAY of a broken connection, and what else is made
+                        try:
+                            await self._send_pending()
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            pass
+                    nursery.cancel_scope.cancel()
+        finally:
+            await trio.aclose_forcefully(self.stream)
 
     async def _send_pending(self) -> None:
-        data = self.h2.data_to_send()
-        if data:
-            await self.stream.send_all(data)
+        async with self._sending:  # the writer's pass and a last flush may meet
+            data = self.h2.data_to_send()
+            if data:
+                await self.stream.send_all(data)
 
     async def _write(self) -> None:
         try:
