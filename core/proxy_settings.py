@@ -15,8 +15,8 @@ class ProxySettings:
     # how long a write waits for a raft group to have a leader again (and a send that failed on
     # a leader that died may be sent again to the new one); the C++ client gives up after 3 s
     failover_wait_ms: int = 2500
-    # RocketMQ 5 consumers (gRPC): groups that consume in order (RocketMQ's consumeMessageOrderly
-    # group setting); a message group's next message waits until its predecessor is acked
+    # deprecated: RocketMQ 5 groups that consume in order, besides those the brokers declare
+    # (`mqctl group set G --orderly`, RocketMQ's consumeMessageOrderly)
     fifo_groups: tuple[str, ...] = ()
     # deliveries of one message before it goes to %DLQ%{group} (RocketMQ: retryMaxTimes 16 + 1)
     max_delivery_attempts: int = 17

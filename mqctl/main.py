@@ -20,6 +20,7 @@ from core.errors import CoreError
 from mqctl.admin.cluster import cluster_app
 from mqctl.admin.config import config_app
 from mqctl.admin.consumer import consumer_app
+from mqctl.admin.group import group_app
 from mqctl.admin.leader import leader_app
 from mqctl.admin.message import message_app
 from mqctl.admin.send import send
@@ -50,6 +51,7 @@ app.command("tail")(tail)
 app.add_typer(topic_app, name="topic")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(consumer_app, name="consumer")
+app.add_typer(group_app, name="group")
 app.add_typer(message_app, name="message")
 app.command("dump")(dump)
 app.command("analyze")(analyze)

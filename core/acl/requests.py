@@ -148,8 +148,7 @@ RULES: Mapping[int, Rule] = MappingProxyType({
 ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.TRANSFER_LEADERSHIP,
     25,   # UPDATE_BROKER_CONFIG (not served; refused here first)
-    200,  # UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (not served)
-    207,  # DELETE_SUBSCRIPTIONGROUP (not served)
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
     215,  # DELETE_TOPIC_IN_BROKER (not served)
 })
 
@@ -158,6 +157,7 @@ NAMES_NOTHING: Mapping[int, str] = MappingProxyType({
     RequestCode.GET_BROKER_RUNTIME_INFO: "the broker's own counters",
     RequestCode.GET_ALL_TOPIC_CONFIG: "every topic's queue counts and permissions (a slave copies them)",
     RequestCode.GET_ALL_CONSUMER_OFFSET: "every group's offsets (a slave copies them)",
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "every declared group's settings (proxies read which consume in order)",
     RequestCode.VIEW_MESSAGE_BY_ID: "a commit log offset (the handler then needs SUB on the topic of the message found)",
     RequestCode.CHECK_CLIENT_CONFIG: "a filter expression to parse (its body's group and topic are not used)",
 })

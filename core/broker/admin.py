@@ -1,5 +1,7 @@
 """Operator requests: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO,
-VIEW_MESSAGE_BY_ID, and mqctl's TRANSFER_LEADERSHIP."""
+VIEW_MESSAGE_BY_ID, mqctl's TRANSFER_LEADERSHIP, and the subscription groups'
+(UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with a SubscriptionGroupConfig body,
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG, DELETE_SUBSCRIPTIONGROUP with ``groupName``)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import orjson
 
 from core.acl.permissions import SUB
 from core.broker.headers import as_int
+from core.broker.subscription_groups import BODY_BYTES_MAX as GROUP_BODY_BYTES_MAX
+from core.broker.subscription_groups import GroupConfigError, SubscriptionGroup
 from core.broker.topics import AUTO_CREATE_TOPIC, TopicConfig, queue_nums_problem, topic_problem
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
-from core.topic_names import send_forbidden
+from core.topic_names import group_problem, send_forbidden
 from formats.errors import RecordError
 
 if TYPE_CHECKING:
@@ -90,3 +94,26 @@ def view_message(broker: Broker, request: RemotingCommand, conn: Connection) -> 
     if refused is not None:
         return request.reply(ResponseCode.NO_PERMISSION, refused)
     return request.reply(ResponseCode.SUCCESS, body=broker.store.commitlog.read(offset, rec.total_size))
+
+
+def update_and_create_subscription_group(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    body = request.body or b""
+    if len(body) > GROUP_BODY_BYTES_MAX:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"a subscription group config over {GROUP_BODY_BYTES_MAX} bytes")
+    try:
+        broker.groups.put(SubscriptionGroup.from_json(orjson.loads(body)))
+    except (orjson.JSONDecodeError, GroupConfigError) as exc:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"subscription group config: {exc}")
+    return request.reply(ResponseCode.SUCCESS)
+
+
+def all_subscription_groups(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.groups.wrapper()))
+
+
+def delete_subscription_group(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    name = request.ext_fields.get("groupName", "")
+    if group_problem(name):
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"groupName: {group_problem(name)}")
+    broker.groups.delete(name)
+    return request.reply(ResponseCode.SUCCESS)

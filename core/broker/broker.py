@@ -22,6 +22,7 @@ from core.broker.queue_locks import QueueLocks
 from core.broker.replication import Replication
 from core.broker.request_names import request_name_problem
 from core.broker.schedule import ScheduleService
+from core.broker.subscription_groups import SubscriptionGroupTable
 from core.broker.topics import TopicConfig, TopicTable
 from core.broker.transaction_service import TransactionService
 from core.broker.write_path import WritePath
@@ -74,6 +75,7 @@ class Broker:
         self.topics = TopicTable(root / "config" / "topics.json", auto_create=self.settings.auto_create_topic,
                                  default_queue_nums=self.settings.default_topic_queue_nums)
         self.offsets = ConsumerOffsets(root / "config" / "consumerOffsets.json")
+        self.groups = SubscriptionGroupTable(root / "config" / "subscriptionGroup.json")
         self.clients = ClientRegistry(ConsumerFilterTable(sql_enabled=self.settings.enable_property_filter))
         self.register_wanted = trio.Event()
         self.nursery: trio.Nursery | None = None

@@ -202,11 +202,9 @@ class GrpcClients:
 
     # ------------------------------------------------------------------ settings
 
-    def fifo(self, group: str) -> bool:
-        return group in self._settings.fifo_groups
-
-    def settings_reply(self, client: GrpcClient, settings: pb.Settings) -> pb.Settings:
-        """The client's settings as the proxy applies them (RocketMQ's proxy values)."""
+    def settings_reply(self, client: GrpcClient, settings: pb.Settings, *, fifo: bool = False) -> pb.Settings:
+        """The client's settings as the proxy applies them (RocketMQ's proxy values); ``fifo``:
+        a consumer's group consumes in order."""
         client.settings = settings
         reply = pb.Settings()
         reply.CopyFrom(settings)
@@ -217,8 +215,7 @@ class GrpcClients:
             reply.publishing.max_body_size = 4 * 1024 * 1024
             reply.publishing.validate_message_type = True
         elif settings.HasField("subscription"):
-            group = settings.subscription.group.name
-            reply.subscription.fifo = self.fifo(group)
+            reply.subscription.fifo = fifo
             reply.subscription.receive_batch_size = 32
             if not settings.subscription.HasField("long_polling_timeout"):
                 reply.subscription.long_polling_timeout.CopyFrom(duration(20_000))

@@ -44,7 +44,8 @@ class Consuming:
     async def query_assignment(self, req: pb.QueryAssignmentRequest, caller: Caller) -> pb.QueryAssignmentResponse:
         try:
             topic, group = self._consumer_of(req.topic.name, req.group.name, caller)
-            found = assignments(topic, await self.shared.spans(topic), req.endpoints, fifo=self.clients.fifo(group))
+            fifo = await self.shared.fifo(group, self.clients.get(caller).session)
+            found = assignments(topic, await self.shared.spans(topic), req.endpoints, fifo=fifo)
             if not found:
                 raise Refused(pb.FORBIDDEN, "no readable queue")
             return pb.QueryAssignmentResponse(status=ok(), assignments=found)
@@ -80,7 +81,7 @@ class Consuming:
         if not broker:
             raise Refused(pb.BAD_REQUEST, "the message queue names no broker")
         invisible = self._invisible_ms(req)
-        fifo = self.clients.fifo(group)
+        fifo = await self.shared.fifo(group, self.clients.get(caller).session)
         poll_ms = duration_ms(req.long_polling_timeout) if req.HasField("long_polling_timeout") else LONG_POLL_DEFAULT_MS
         pop = PopHeader(
             group=group, topic=topic, queue_id=req.message_queue.id if fifo else -1,

@@ -148,7 +148,8 @@ class MessagingService(DoorShared):
                 check_permission(policy, caller, topic=check_topic(entry.topic.name))
         else:
             raise Refused(pb.BAD_REQUEST, "settings name neither publishing nor subscription")
-        reply = self.clients.settings_reply(client, settings)
+        fifo = settings.HasField("subscription") and await self.fifo(settings.subscription.group.name, client.session)
+        reply = self.clients.settings_reply(client, settings, fifo=fifo)
         await self._producer_heartbeat(caller)
         return pb.TelemetryCommand(status=ok(), settings=reply)
 

@@ -1,23 +1,33 @@
 """What the gRPC door's RPCs share: the forwarding, the clients, the settings, the accounts,
-and the topics' queues as the name servers last told (kept ``ROUTE_KEEP_S``)."""
+the topics' queues as the name servers last told (kept ``ROUTE_KEEP_S``), and which consumer
+groups consume in order, as the brokers' subscription groups say (``consumeMessageOrderly``,
+set with ``mqctl group set NAME --orderly``; kept ``GROUPS_KEEP_S``)."""
 
 from __future__ import annotations
 
+import logging
+
+import orjson
 import trio
 
 from core.acl.file import AclFile
 from core.acl.policy import AclPolicy
 from core.config import ProxySettings
+from core.errors import RemotingError
 from core.proxy.front_door import FrontDoor
 from core.proxy.grpc_clients import GrpcClients
 from core.proxy.grpc_messages import Refused
 from core.proxy.grpc_routes import QueueSpan, queue_spans
+from core.proxy.session import ClientSession
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
+log = logging.getLogger(__name__)
+
 ROUTE_KEEP_S = 3.0  # a topic's queues as last asked; new queues are used this much later at most
 ROUTES_KEPT_MAX = 10_000
+GROUPS_KEEP_S = 3.0  # a group made orderly is consumed in order this much later at most
 
 
 class DoorShared:
@@ -29,6 +39,7 @@ class DoorShared:
         self.settings = settings
         self.acl = acl
         self._routes: dict[str, tuple[float, list[QueueSpan]]] = {}  # topic -> (when asked, its queues)
+        self._orderly: dict[str, tuple[float, frozenset[str]]] = {}  # broker group -> (when asked, orderly groups)
 
     def policy(self) -> AclPolicy | None:
         """The accounts as now (the file is re-read when it changes); None with ACL off."""
@@ -57,3 +68,33 @@ class DoorShared:
             return queue_spans(resp.body)
         except (ValueError, TypeError) as exc:
             raise Refused(pb.INTERNAL_SERVER_ERROR, f"route of {topic!r} does not parse: {exc}") from None
+
+    async def fifo(self, group: str, session: ClientSession) -> bool:
+        """Whether consumer ``group`` consumes in order: declared so on any broker group (asked on
+        ``session``; an answer kept ``GROUPS_KEEP_S``, the last one kept while a broker does not
+        answer), or named in the deprecated ``[proxy] fifo_groups``."""
+        if group in self.settings.fifo_groups:
+            return True
+        now = trio.current_time()
+        for broker in sorted(self.front.view.groups):
+            kept = self._orderly.get(broker)
+            if kept is None or now - kept[0] >= GROUPS_KEEP_S:
+                self._orderly[broker] = (now, kept[1] if kept else frozenset())  # one asks; the others use this
+                self._orderly[broker] = (now, await self._ask_orderly(broker, session, kept))
+            if group in self._orderly[broker][1]:
+                return True
+        return False
+
+    async def _ask_orderly(self, broker: str, session: ClientSession,
+                           kept: tuple[float, frozenset[str]] | None) -> frozenset[str]:
+        request = RemotingCommand(code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, language="PYTHON")
+        try:
+            resp = await self.front.read(request, session, broker)
+            if resp is None or resp.code != ResponseCode.SUCCESS:
+                raise ValueError(resp.remark if resp is not None else "no answer")
+            table = orjson.loads(resp.body or b"{}").get("subscriptionGroupTable") or {}
+            return frozenset(str(name) for name, doc in table.items()
+                             if isinstance(doc, dict) and doc.get("consumeMessageOrderly") is True)
+        except (RemotingError, ValueError, AttributeError) as exc:  # orjson's errors are ValueErrors
+            log.info("subscription groups of %s: %s; the last answer stands", broker, exc)
+            return kept[1] if kept else frozenset()

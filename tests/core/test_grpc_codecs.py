@@ -16,9 +16,9 @@ from core.proxy.grpc_auth import Caller, caller_of, check_permission
 from core.proxy.grpc_clients import GrpcClients
 from core.proxy.grpc_messages import BODY_SIZE_MAX, Refused, incoming, outgoing
 from core.proxy.grpc_routes import QueueSpan, assignments, message_queues, queue_spans, writable
+from core.remoting.signing import Credentials
 from formats import sysflag
 from formats.record import decode_record, encode_record
-from core.remoting.signing import Credentials
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
 NOW_MS = 1_700_000_000_000

@@ -24,7 +24,8 @@ from tests.conftest import child_env, running_cluster
 from tests.interop.grpc_raw import RawGrpc
 
 MAX_ATTEMPTS = 3
-FIFO_GROUP = "FifoGroup"
+FIFO_GROUP = "FifoGroup"  # declared with mqctl group set --orderly
+OLD_FIFO_GROUP = "OldFifoGroup"  # named in the deprecated [proxy] fifo_groups
 RENEW_SLICE_MS = 3000  # push consumers' messages are handed out for 3 s and renewed while handled
 
 
@@ -35,7 +36,7 @@ def cluster(tmp_path_factory):
                          broker="transaction_timeout_ms = 1000\ntransaction_check_interval_ms = 1000",
                          proxy=f"min_invisible_ms = 1000\nmax_delivery_attempts = {MAX_ATTEMPTS}\n"
                                f"auto_renew_slice_ms = {RENEW_SLICE_MS}\nauto_renew_ahead_ms = 1500\n"
-                               f'fifo_groups = ["{FIFO_GROUP}"]') as c:
+                               f'fifo_groups = ["{OLD_FIFO_GROUP}"]') as c:
         yield c
 
 
@@ -115,15 +116,25 @@ def test_a_changed_invisible_duration_brings_a_message_back_sooner(cluster):
     assert again[0]["at"] - started < 15  # not the 30 s asked for at first
 
 
-def test_fifo_messages_of_a_group_arrive_in_order_at_the_push_consumer(cluster):
-    name = topic(cluster, "Rmq5Fifo")
+@pytest.mark.parametrize("group", [FIFO_GROUP, OLD_FIFO_GROUP], ids=["declared-with-mqctl", "deprecated-proxy-key"])
+def test_fifo_messages_of_a_group_arrive_in_order_at_the_push_consumer(cluster, group):
+    if group == FIFO_GROUP:
+        made = cluster.mqctl("group", "set", FIFO_GROUP, "--orderly", "--json")
+        assert made.returncode == 0, made.stderr
+        assert {json.loads(line)["result"] for line in made.stdout.splitlines()} == {"ok"}
+        listed = cluster.mqctl("group", "list", "--json")
+        assert {"broker": "broker-a", "group": FIFO_GROUP, "orderly": True} in [
+            json.loads(line) for line in listed.stdout.splitlines()]
+    name = topic(cluster, f"Rmq5Fifo{group}")
     specs = [{"body": f"{g}-{i}", "group": g} for i in range(5) for g in ("ga", "gb", "gc")]
     produce(cluster, name, specs)
-    rows = [r for r in cluster.rmq5("push", cluster.grpc[0], FIFO_GROUP, name, "15", "30") if r["event"] == "consumed"]
-    assert len(rows) == 15
-    for g in ("ga", "gb", "gc"):
-        bodies = [bytes.fromhex(r["body"]).decode() for r in rows if r["group"] == g]
-        assert bodies == [f"{g}-{i}" for i in range(5)]
+    events = cluster.rmq5("push", cluster.grpc[0], group, name, "15", "30", "0.3")  # handlers take 0.3 s
+    rows = [r for r in events if r["event"] == "consumed"]
+    assert len(rows) == 15 and {r["attempt"] for r in rows} == {1}
+    for g in ("ga", "gb", "gc"):  # one at a time, in order: each handler starts after the last returned
+        seen = [(r["event"], bytes.fromhex(r["body"]).decode()) for r in events
+                if r["event"] in ("started", "consumed") and r["group"] == g]
+        assert seen == [(e, f"{g}-{i}") for i in range(5) for e in ("started", "consumed")], seen
 
 
 def test_concurrent_sends_merged_into_batches_lose_nothing_and_keep_each_groups_order(cluster):

@@ -1,0 +1,101 @@
+"""Consumer groups an operator declares (``config/subscriptionGroup.json``, RocketMQ's
+SubscriptionGroupManager); the requests that keep them are in core/broker/admin.py.
+
+| request | what |
+|---|---|
+| UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) | body: a SubscriptionGroupConfig (JSON); admin only |
+| GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) | body: ``{"subscriptionGroupTable": {...}, "dataVersion": {...}}`` |
+| DELETE_SUBSCRIPTIONGROUP (207) | header ``groupName``; admin only |
+
+Kept per group: ``consumeMessageOrderly`` (read by the proxy's gRPC door: a RocketMQ 5 group
+that consumes in order), ``consumeEnable``, ``retryMaxTimes`` and ``retryQueueNums`` (kept and
+answered as given; the broker does not act on them yet: docs/broker.md). Groups need not be
+declared to consume, as with RocketMQ's autoCreateSubscriptionGroup.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.broker.persist import load_json, save_json
+from core.topic_names import group_problem
+
+GROUPS_MAX = 100_000
+BODY_BYTES_MAX = 64 * 1024
+
+
+class GroupConfigError(ValueError):
+    """A SubscriptionGroupConfig that is not one."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionGroup:
+    name: str
+    orderly: bool = False
+    consume_enable: bool = True
+    retry_max_times: int = 16
+    retry_queue_nums: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"groupName": self.name, "consumeMessageOrderly": self.orderly, "consumeEnable": self.consume_enable,
+                "retryMaxTimes": self.retry_max_times, "retryQueueNums": self.retry_queue_nums,
+                "consumeBroadcastEnable": True, "consumeFromMinEnable": True, "brokerId": 0,
+                "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> SubscriptionGroup:
+        if not isinstance(doc, dict):
+            raise GroupConfigError("a subscription group config must be a JSON object")
+        name = doc.get("groupName")
+        if not isinstance(name, str) or (problem := group_problem(name)):
+            raise GroupConfigError(f"groupName: {problem if isinstance(name, str) else 'missing'}")
+        flags = {key: doc.get(key, default) for key, default in (("consumeMessageOrderly", False), ("consumeEnable", True))}
+        numbers = {key: doc.get(key, default) for key, default in (("retryMaxTimes", 16), ("retryQueueNums", 1))}
+        if not all(isinstance(v, bool) for v in flags.values()):
+            raise GroupConfigError("consumeMessageOrderly and consumeEnable must be true or false")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1000 for v in numbers.values()):
+            raise GroupConfigError("retryMaxTimes and retryQueueNums must be integers from 0 to 1000")
+        return cls(name, flags["consumeMessageOrderly"], flags["consumeEnable"], numbers["retryMaxTimes"],
+                   numbers["retryQueueNums"])
+
+
+class SubscriptionGroupTable:
+    """The declared groups of one broker, saved on every change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.groups: dict[str, SubscriptionGroup] = {}
+        self.version = 0
+        doc = load_json(path) or {}
+        for doc_group in (doc.get("subscriptionGroupTable") or {}).values():
+            try:
+                group = SubscriptionGroup.from_json(doc_group)
+            except GroupConfigError:
+                continue  # one bad entry does not stop the broker
+            self.groups[group.name] = group
+
+    def put(self, group: SubscriptionGroup) -> bool:
+        if self.groups.get(group.name) == group:
+            return False
+        if group.name not in self.groups and len(self.groups) >= GROUPS_MAX:
+            raise GroupConfigError(f"the broker keeps {GROUPS_MAX} subscription groups at most")
+        self.groups[group.name] = group
+        self._changed()
+        return True
+
+    def delete(self, name: str) -> bool:
+        if self.groups.pop(name, None) is None:
+            return False
+        self._changed()
+        return True
+
+    def wrapper(self) -> dict[str, Any]:
+        return {"subscriptionGroupTable": {n: g.to_json() for n, g in sorted(self.groups.items())},
+                "dataVersion": {"timestamp": int(time.time() * 1000), "counter": self.version}}
+
+    def _changed(self) -> None:
+        self.version += 1
+        save_json(self.path, self.wrapper())
