@@ -197,6 +197,7 @@ class _Connection:
         try:
             while True:
                 await self._wake.wait()
+                await trio.lowlevel.checkpoint()  # the other calls answered in this pass go in the same write
                 self._wake = trio.Event()
                 await self._send_pending()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
