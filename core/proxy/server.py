@@ -1,24 +1,27 @@
-"""A proxy node: its own port (the clients' name server), a door per broker group, and the
-view of the groups it keeps current."""
+"""A proxy node: one :class:`Forwarder` (which follows masters and raft leaders) under two
+doors, the 4.x remoting one (its own port, the clients' name server, and a door per broker
+group) and the 5.x gRPC one, all on one trio loop; and the view of the groups it keeps current."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
 from core.acl.file import AclFile, keep_acl_current
 from core.config import Config, ProxyNode
 from core.plugin_manager import PluginHost
-from core.proxy.ack_batches import ACKS_MAX
 from core.proxy.batching import Lines
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
-from core.proxy.front_door import FrontDoor
+from core.proxy.forwarder import Forwarder
+from core.proxy.grpc.ack_batches import ACKS_MAX
+from core.proxy.grpc.clients import GrpcClients
+from core.proxy.grpc.send_batches import BATCH_BYTES_MAX, BATCH_MESSAGES_MAX
 from core.proxy.grpc.server import serve_grpc
-from core.proxy.grpc_clients import GrpcClients
-from core.proxy.grpc_service import MessagingService
-from core.proxy.send_batches import BATCH_BYTES_MAX, BATCH_MESSAGES_MAX
+from core.proxy.grpc.service import MessagingService
+from core.proxy.remoting.door import RemotingDoor
 from core.remoting.client import open_remoting_client, split_address
 from core.remoting.server import serve_remoting
 
@@ -35,9 +38,10 @@ async def serve_proxy(
         view = ClusterView(client, config.namesrv_addresses)
         await nursery.start(view.run)
         acl = AclFile(config.acl_file) if config.acl.enabled else None
-        front = FrontDoor(nursery, doors, view, client, config.namesrv_addresses,
-                          elects=config.replication.mode == "dledger",
-                          failover_wait_s=config.proxy.failover_wait_ms / 1000, acl=acl)
+        forwarder = Forwarder(doors, view, client, config.namesrv_addresses,
+                              elects=config.replication.mode == "dledger",
+                              failover_wait_s=config.proxy.failover_wait_ms / 1000)
+        more_counters: Callable[[], dict[str, str]] = dict
         if acl is not None:
             nursery.start_soon(keep_acl_current, acl)
         if node.grpc_listen:
@@ -45,13 +49,14 @@ async def serve_proxy(
             nursery.start_soon(clients.expire_silent)
             sends = Lines(nursery, items_max=BATCH_MESSAGES_MAX, bytes_max=BATCH_BYTES_MAX)
             acks = Lines(nursery, items_max=ACKS_MAX, bytes_max=ACKS_MAX)  # acks carry no size: the count bounds
-            service = MessagingService(front, clients, config.proxy, acl, sends, acks)
-            front.grpc = service
+            service = MessagingService(forwarder, clients, config.proxy, acl, sends, acks)
+            more_counters = service.runtime_table
             nursery.start_soon(service.consuming.renewals.run)
             got = await nursery.start(lambda task_status: serve_grpc(
                 service, node.grpc_listen, connections_max=config.broker.limits.connections_max,
                 task_status=task_status))
             log.info("proxy %s: RocketMQ 5 clients (gRPC) on %s, port %d", node.name, node.grpc_listen, got)
+        front = RemotingDoor(nursery, forwarder, acl=acl, more_counters=more_counters)
         listeners: list[tuple[str | None, str]] = [(None, node.listen), *doors.listens.items()]
         bound = 0
         for group, listen in listeners:

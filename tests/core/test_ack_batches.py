@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.broker.pop.acks import batch_acks
-from core.proxy.ack_batches import AckOf, ack_request, batch_ack_request
+from core.proxy.grpc.ack_batches import AckOf, ack_request, batch_ack_request
 from core.remoting.codes import RequestCode
 from formats.pop import ORDER_REVIVE_QID, ReceiptHandle
 

@@ -12,10 +12,10 @@ import pytest
 from core.acl.permissions import PUB, SUB
 from core.acl.policy import Account, AclPolicy
 from core.config import ProxySettings
-from core.proxy.grpc_auth import Caller, caller_of, check_permission
-from core.proxy.grpc_clients import GrpcClients
-from core.proxy.grpc_messages import BODY_SIZE_MAX, Refused, incoming, outgoing
-from core.proxy.grpc_routes import QueueSpan, assignments, message_queues, queue_spans, writable
+from core.proxy.grpc.auth import Caller, caller_of, check_permission
+from core.proxy.grpc.clients import GrpcClients
+from core.proxy.grpc.messages import BODY_SIZE_MAX, Refused, incoming, outgoing
+from core.proxy.grpc.routes import QueueSpan, assignments, message_queues, queue_spans, writable
 from core.remoting.signing import Credentials
 from formats import sysflag
 from formats.record import decode_record, encode_record

@@ -32,6 +32,7 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 
+from core.proxy.grpc.auth import Caller, caller_of
 from core.proxy.grpc.connection import (
     GRPC_DEADLINE_EXCEEDED,
     GRPC_INTERNAL,
@@ -44,9 +45,8 @@ from core.proxy.grpc.connection import (
     CallOpened,
     GrpcConnection,
 )
-from core.proxy.grpc_auth import Caller, caller_of
-from core.proxy.grpc_messages import Refused
-from core.proxy.grpc_service import MessagingService
+from core.proxy.grpc.messages import Refused
+from core.proxy.grpc.service import MessagingService
 from core.remoting.client import split_address
 from formats.rocketmq_v2 import messaging_pb2 as pb
 

@@ -1,5 +1,5 @@
 """The producing RPCs of the gRPC door: SendMessage (merged into batch requests upstream by
-core/proxy/send_batches.py), EndTransaction and RecallMessage."""
+core/proxy/grpc/send_batches.py), EndTransaction and RecallMessage."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import zlib
 from core.acl.permissions import PUB
 from core.client.transaction_producer import TransactionState, end_transaction_request
 from core.proxy.batching import Lines, Ticket
-from core.proxy.grpc_auth import Caller, check_permission
-from core.proxy.grpc_clients import HalfMessage
-from core.proxy.grpc_messages import Outgoing, Refused, check_topic, outgoing
-from core.proxy.grpc_routes import writable
-from core.proxy.grpc_shared import DoorShared
-from core.proxy.grpc_status import ok, overall, refused, status_of
-from core.proxy.send_batches import Send, SendAnswer, send_flush
+from core.proxy.grpc.auth import Caller, check_permission
+from core.proxy.grpc.clients import HalfMessage
+from core.proxy.grpc.messages import Outgoing, Refused, check_topic, outgoing
+from core.proxy.grpc.routes import writable
+from core.proxy.grpc.send_batches import Send, SendAnswer, send_flush
+from core.proxy.grpc.shared import DoorShared
+from core.proxy.grpc.status import ok, overall, refused, status_of
 from core.remoting.codes import FLAG_ONEWAY, RequestCode
 from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
@@ -32,7 +32,7 @@ class Producing:
 
     def __init__(self, service: DoorShared, batches: Lines[Send, SendAnswer]) -> None:
         self.shared = service
-        self.front = service.front
+        self.forwarder = service.forwarder
         self.clients = service.clients
         self.batches = batches
         self._round_robin = itertools.count()
@@ -58,7 +58,7 @@ class Producing:
 
     def _submit(self, msg: pb.Message, queues: list[tuple[str, int]], caller: Caller
                 ) -> tuple[Outgoing, str, Ticket[Send, SendAnswer]] | pb.SendResultEntry:
-        """The message checked and put on its line (core/proxy/send_batches.py), or its refusal."""
+        """The message checked and put on its line (core/proxy/grpc/send_batches.py), or its refusal."""
         try:
             out = outgoing(msg, caller.peer_host)
             encode_properties(out.properties)  # a property that would not decode as it was sent
@@ -86,7 +86,7 @@ class Producing:
         mergeable = not out.sysflag and not out.transactional and not (out.properties.keys() & UNBATCHABLE)
 
         async def write(request: RemotingCommand) -> RemotingCommand | None:
-            return await self.front.write(request, session, group)
+            return await self.forwarder.write(request, session, group)
         ticket = self.batches.submit(Send(out.topic, out.body, out.sysflag, out.properties, out.born_ms), key,
                                      ordered=ordered, flush=send_flush(write, next_queue), mergeable=mergeable,
                                      size=len(out.body))
@@ -124,13 +124,13 @@ class Producing:
                 handle = RecallHandle.parse(req.recall_handle)
             except RecallHandleError as exc:
                 raise Refused(pb.BAD_REQUEST, str(exc)) from None
-            if handle.broker_name not in self.front.view.groups or handle.topic != topic:
+            if handle.broker_name not in self.forwarder.view.groups or handle.topic != topic:
                 raise Refused(pb.BAD_REQUEST, "the recall handle names another topic or no broker group of the cluster")
         except Refused as exc:
             return pb.RecallMessageResponse(status=refused(exc))
         request = RemotingCommand(code=RequestCode.RECALL_MESSAGE, language="PYTHON", ext_fields={
             "producerGroup": topic, "topic": topic, "recallHandle": req.recall_handle})
-        resp = await self.front.write(request, self.clients.get(caller).session, handle.broker_name)
+        resp = await self.forwarder.write(request, self.clients.get(caller).session, handle.broker_name)
         status = status_of(resp, "recall")
         if resp is None or status.code != pb.OK:
             return pb.RecallMessageResponse(status=status)
@@ -154,5 +154,5 @@ class Producing:
         request = end_transaction_request(topic, half.tran_state_offset, half.commit_log_offset, req.message_id,
                                           outcome, req.source == pb.SOURCE_SERVER_CHECK, req.transaction_id)
         request.flag |= FLAG_ONEWAY  # RocketMQ's proxy sends it oneway too: the check-back settles a lost one
-        await self.front.write(request, self.clients.get(caller).session, half.group)
+        await self.forwarder.write(request, self.clients.get(caller).session, half.group)
         return pb.EndTransactionResponse(status=ok())

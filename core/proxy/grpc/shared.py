@@ -14,10 +14,10 @@ from core.acl.file import AclFile
 from core.acl.policy import AclPolicy
 from core.config import ProxySettings
 from core.errors import RemotingError
-from core.proxy.front_door import FrontDoor
-from core.proxy.grpc_clients import GrpcClients
-from core.proxy.grpc_messages import Refused
-from core.proxy.grpc_routes import QueueSpan, queue_spans
+from core.proxy.forwarder import Forwarder
+from core.proxy.grpc.clients import GrpcClients
+from core.proxy.grpc.messages import Refused
+from core.proxy.grpc.routes import QueueSpan, queue_spans
 from core.proxy.session import ClientSession
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
@@ -33,8 +33,8 @@ GROUPS_KEEP_S = 3.0  # a group made orderly is consumed in order this much later
 class DoorShared:
     """The state every RPC of the door reads (on the proxy's trio thread only)."""
 
-    def __init__(self, front: FrontDoor, clients: GrpcClients, settings: ProxySettings, acl: AclFile | None) -> None:
-        self.front = front
+    def __init__(self, forwarder: Forwarder, clients: GrpcClients, settings: ProxySettings, acl: AclFile | None) -> None:
+        self.forwarder = forwarder
         self.clients = clients
         self.settings = settings
         self.acl = acl
@@ -59,7 +59,7 @@ class DoorShared:
 
     async def _ask_spans(self, topic: str) -> list[QueueSpan]:
         request = RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic})
-        resp = await self.front.ask_name_servers(request)
+        resp = await self.forwarder.ask_name_servers(request)
         if resp is None or resp.code == ResponseCode.TOPIC_NOT_EXIST:
             raise Refused(pb.TOPIC_NOT_FOUND, f"topic {topic!r} not found")
         if resp.code != ResponseCode.SUCCESS or not resp.body:
@@ -76,7 +76,7 @@ class DoorShared:
         if group in self.settings.fifo_groups:
             return True
         now = trio.current_time()
-        for broker in sorted(self.front.view.groups):
+        for broker in sorted(self.forwarder.view.groups):
             kept = self._orderly.get(broker)
             if kept is None or now - kept[0] >= GROUPS_KEEP_S:
                 self._orderly[broker] = (now, kept[1] if kept else frozenset())  # one asks; the others use this
@@ -89,7 +89,7 @@ class DoorShared:
                            kept: tuple[float, frozenset[str]] | None) -> frozenset[str]:
         request = RemotingCommand(code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, language="PYTHON")
         try:
-            resp = await self.front.read(request, session, broker)
+            resp = await self.forwarder.read(request, session, broker)
             if resp is None or resp.code != ResponseCode.SUCCESS:
                 raise ValueError(resp.remark if resp is not None else "no answer")
             table = orjson.loads(resp.body or b"{}").get("subscriptionGroupTable") or {}

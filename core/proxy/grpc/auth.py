@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from core.acl.permissions import SUB, group_resource
 from core.acl.policy import AclPolicy
-from core.proxy.grpc_messages import Refused
+from core.proxy.grpc.messages import Refused
 from core.remoting.signing import Credentials
 from formats.rocketmq_v2 import messaging_pb2 as pb
 

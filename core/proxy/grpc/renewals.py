@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import trio
 
 from core.config import ProxySettings
-from core.proxy.ack_batches import AckOf, ack_request, changed_handle
-from core.proxy.front_door import FrontDoor
-from core.proxy.grpc_clients import GrpcClient, GrpcClients
+from core.proxy.forwarder import Forwarder
+from core.proxy.grpc.ack_batches import AckOf, ack_request, changed_handle
+from core.proxy.grpc.clients import GrpcClient, GrpcClients
 from core.remoting.codes import ResponseCode
 from formats.pop import ReceiptHandle
 
@@ -51,9 +51,9 @@ class Renewing:
 class Renewals:
     """Every client's renewing handles, and the loop renewing them."""
 
-    def __init__(self, clients: GrpcClients, front: FrontDoor, settings: ProxySettings) -> None:
+    def __init__(self, clients: GrpcClients, forwarder: Forwarder, settings: ProxySettings) -> None:
         self.clients = clients
-        self.front = front
+        self.forwarder = forwarder
         self.settings = settings
         self.renewed = 0  # renewals the broker took
         self.skipped = 0  # handles not kept: RENEWING_MAX reached
@@ -115,7 +115,7 @@ class Renewals:
             async with self._limit:
                 request = ack_request(AckOf(renewing.group, renewing.topic, renewing.handle),
                                       invisible_ms=self.settings.auto_renew_slice_ms)
-                resp = await self.front.write(request, client.session, renewing.handle.broker_name)
+                resp = await self.forwarder.write(request, client.session, renewing.handle.broker_name)
             new = changed_handle(renewing.handle, resp) if resp is not None and resp.code == ResponseCode.SUCCESS \
                 else None
             if new is None:

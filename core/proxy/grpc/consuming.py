@@ -12,14 +12,14 @@ from core.broker.pop.headers import (
     POP_MESSAGES_MAX,
     PopHeader,
 )
-from core.proxy.ack_batches import AckOf, ack_flush, ack_request, changed_handle
 from core.proxy.batching import Lines, Ticket
-from core.proxy.grpc_auth import Caller, check_permission
-from core.proxy.grpc_messages import Refused, check_group, check_topic, duration_ms, incoming
-from core.proxy.grpc_renewals import Renewals
-from core.proxy.grpc_routes import assignments
-from core.proxy.grpc_shared import DoorShared
-from core.proxy.grpc_status import NOT_FOUND, ok, overall, refused, status_of
+from core.proxy.grpc.ack_batches import AckOf, ack_flush, ack_request, changed_handle
+from core.proxy.grpc.auth import Caller, check_permission
+from core.proxy.grpc.messages import Refused, check_group, check_topic, duration_ms, incoming
+from core.proxy.grpc.renewals import Renewals
+from core.proxy.grpc.routes import assignments
+from core.proxy.grpc.shared import DoorShared
+from core.proxy.grpc.status import NOT_FOUND, ok, overall, refused, status_of
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
@@ -35,11 +35,11 @@ class Consuming:
 
     def __init__(self, service: DoorShared, acks: Lines[AckOf, RemotingCommand | None]) -> None:
         self.shared = service
-        self.front = service.front
+        self.forwarder = service.forwarder
         self.clients = service.clients
         self.settings = service.settings
         self.acks = acks
-        self.renewals = Renewals(service.clients, service.front, service.settings)
+        self.renewals = Renewals(service.clients, service.forwarder, service.settings)
 
     async def query_assignment(self, req: pb.QueryAssignmentRequest, caller: Caller) -> pb.QueryAssignmentResponse:
         try:
@@ -91,7 +91,7 @@ class Consuming:
             expression=req.filter_expression.expression or "*", order=fifo,
             attempt_id=req.attempt_id if req.HasField("attempt_id") else "")
         client = self.clients.get(caller)
-        resp = await self.front.write(pop.request(), client.session, broker)
+        resp = await self.forwarder.write(pop.request(), client.session, broker)
         if resp is not None and resp.code in NOT_FOUND:
             return []
         if resp is None or resp.code != ResponseCode.SUCCESS:
@@ -148,7 +148,7 @@ class Consuming:
                 continue
 
             async def write(request: RemotingCommand, broker: str = ack.handle.broker_name) -> RemotingCommand | None:
-                return await self.front.write(request, session, broker)
+                return await self.forwarder.write(request, session, broker)
             lined.append(self.acks.submit(ack, (id(session), ack.handle.broker_name), ordered=False,
                                           flush=ack_flush(write), mergeable=ack.mergeable))
         entries = []
@@ -168,7 +168,7 @@ class Consuming:
                 raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be 0 to {INVISIBLE_TIME_MAX_MS} ms")
         except Refused as exc:
             return pb.ChangeInvisibleDurationResponse(status=refused(exc))
-        resp = await self.front.write(ack_request(AckOf(group, topic, handle), invisible_ms=invisible),
+        resp = await self.forwarder.write(ack_request(AckOf(group, topic, handle), invisible_ms=invisible),
                                       self.clients.get(caller).session, handle.broker_name)
         status = status_of(resp, "change invisible duration")
         if resp is None or status.code != pb.OK:
@@ -198,9 +198,9 @@ class Consuming:
             "offset": str(handle.commit_log_offset), "group": group, "delayLevel": "-1", "originMsgId": message_id,
             "originTopic": retry_topic(group, topic, handle.retry_flag) if handle.retry_flag else topic,
             "unitMode": "false", "maxReconsumeTimes": "0"})
-        resp = await self.front.write(back, session, handle.broker_name)
+        resp = await self.forwarder.write(back, session, handle.broker_name)
         status = status_of(resp, "forward to the dead letter queue")
         if status.code != pb.OK:
             return status
-        return status_of(await self.front.write(ack_request(AckOf(group, topic, handle)), session, handle.broker_name),
+        return status_of(await self.forwarder.write(ack_request(AckOf(group, topic, handle)), session, handle.broker_name),
                          "ack after the dead letter queue")

@@ -1,45 +1,35 @@
-"""The proxy's remoting front door: what it answers itself, and where it forwards the rest.
+"""The proxy's forwarding, which both doors use: a request for a broker group goes to a member
+of that group on the client's session (core/proxy/session.py).
 
-A request arriving on a group's door (or naming a group in ``bname``/``n``, as Java clients
-since 4.9.5 do) goes to a member of that group:
-
-- writes (sends, send-backs, end-transaction, queue locks, and every POP request: POPs write
-  checkpoints) to the master. Under raft, while the group has no leader the request waits for
-  one, up to ``failover_wait_s`` from its arrival; a send (or a POP or an ack) that fails on a
-  member that died or stopped leading is sent again to the new leader in that window. A send that reached the old leader may have been stored there too, so a resent
-  message can arrive twice (the same UNIQ_KEY): delivery is at least once. Master-slave groups
-  do not elect: with no master, writes fail at once with SERVICE_NOT_AVAILABLE, naming why;
+- writes (sends, send-backs, end-transaction, recalls, queue locks, and every POP request: POPs
+  write checkpoints) to the master. Under raft, while the group has no leader the request waits
+  for one, up to ``failover_wait_s`` from its arrival; a send (or a POP or an ack) that fails on
+  a member that died or stopped leading is sent again to the new leader in that window. A send
+  that reached the old leader may have been stored there too, so a resent message can arrive
+  twice (the same UNIQ_KEY): delivery is at least once. Master-slave groups do not elect: with no
+  master, writes fail at once with SERVICE_NOT_AVAILABLE, naming why;
 - heartbeats and unregistrations to every member (a slave serves pulls when its master is gone,
   and must know the consumers);
-- everything else (pulls, offsets, queries) to the master, else a slave, else the next member.
+- everything else (pulls, offsets, queries) to the master, else a slave, else the next member;
+- name-server requests to the first name server that answers.
 
-On the proxy's own port it is the clients' name server: routes and the cluster table come from
-the name servers with the doors in place of broker addresses; other name-server requests are
-passed through.
-
-With ACL on, every request for a broker is checked here against the same accounts file as the
-brokers' (the client's own address counts for white lists), and forwarded with its signature
-unchanged, so the brokers check it again: never white-list a proxy's address at the brokers, or
-everyone behind it would pass there.
+Pull and POP answers are rewritten as a client of the 4.x door must see them (the proxy picks
+the member: suggest id 0; records name the group's door as their store host).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-import orjson
 import trio
 
-from core.acl.file import AclFile
 from core.errors import RemotingError
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
-from core.proxy.session import ClientSession, RelayDown, copy_request, copy_response
+from core.proxy.session import ClientSession, copy_request, copy_response
 from core.remoting.client import RemotingClient, split_address
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
-from core.remoting.connection import Connection, Reply
 from formats.errors import RecordError
 from formats.pull_body import with_store_host
 
@@ -67,76 +57,18 @@ PULL_EXTRA_S = 5.0  # beyond a long poll's suspend time
 NAMESRV_TIMEOUT_S = 3.0
 
 
-class FrontDoor:
-    """The processor of every listener of one proxy; ``door_group`` names the listener's group."""
+class Forwarder:
+    """Requests to broker groups (see the module's docstring), for both doors."""
 
-    def __init__(self, nursery: trio.Nursery, doors: Doors, view: ClusterView, namesrv_client: RemotingClient,
-                 namesrv: list[str], *, elects: bool, failover_wait_s: float, acl: AclFile | None = None) -> None:
-        self._nursery = nursery
+    def __init__(self, doors: Doors, view: ClusterView, namesrv_client: RemotingClient, namesrv: list[str], *,
+                 elects: bool, failover_wait_s: float) -> None:
         self.doors = doors
         self.view = view
         self._namesrv_client = namesrv_client
         self._namesrv = list(namesrv)
         self._elects = elects
         self._failover_wait_s = failover_wait_s
-        self.acl = acl
-        self.forwarded = 0  # requests sent on to a broker
         self.resent = 0  # sends sent again on a new master after the first one failed
-        self.sessions = 0  # client connections with upstream connections now
-        self.grpc: Any = None  # the gRPC front door's service, when the proxy has one (its counters)
-
-    def listener(self, group: str | None) -> _Listener:
-        return _Listener(self, group)
-
-    def connection_closed(self, conn: Connection) -> None:
-        session = conn.attributes.pop("proxy_session", None)
-        if isinstance(session, ClientSession):
-            session.close()
-            self.sessions -= 1
-
-    def _session(self, conn: Connection) -> ClientSession:
-        session = conn.attributes.get("proxy_session")
-        if not isinstance(session, ClientSession):
-            session = conn.attributes["proxy_session"] = ClientSession(self._nursery, RelayDown(conn))
-            self.sessions += 1
-        return session
-
-    def runtime_table(self) -> dict[str, str]:
-        """GET_BROKER_RUNTIME_INFO on the proxy's own port: what it forwarded, and the groups'
-        masters as it sees them now (``mqctl status`` shows them)."""
-        masters = {group: self.view.master(group) or "-" for group in sorted(self.view.groups)}
-        return {"proxyForwarded": str(self.forwarded), "proxyResent": str(self.resent),
-                "proxySessions": str(self.sessions), "proxyNameServerAnswers": str(self.view.refreshes),
-                "proxyMasters": ",".join(f"{g}={m}" for g, m in masters.items()),
-                **({} if self.grpc is None else self.grpc.runtime_table())}
-
-    # ------------------------------------------------------------------ dispatch
-
-    def process(self, request: RemotingCommand, conn: Connection, door_group: str | None) -> Reply:
-        group = request.ext_fields.get("bname") or request.ext_fields.get("n") or door_group
-        if log.isEnabledFor(logging.DEBUG):  # not on every request: naming the code costs an enum lookup
-            log.debug("%s from %s for %s", _name(request), conn.remote, group or "the name servers")
-        if group is None and request.code == RequestCode.GET_BROKER_RUNTIME_INFO:
-            return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": self.runtime_table()}))
-        if group is None or request.code in ROUTING:
-            return self._as_name_server(request)
-        if group not in self.view.groups and group not in self.doors.listens:
-            return request.reply(ResponseCode.SYSTEM_ERROR, f"proxy: no broker group named {group[:100]!r} "
-                                 f"(groups: {', '.join(sorted(self.view.groups)) or 'none yet'})")
-        if self.acl is not None:
-            refused = self.acl.policy.check(request, split_address(conn.remote)[0] if ":" in conn.remote else "")
-            if refused is not None:
-                log.warning("refused request %d from %s: %s", request.code, conn.remote, refused)
-                return request.reply(ResponseCode.NO_PERMISSION, refused)
-        self.forwarded += 1
-        session = self._session(conn)
-        if request.code in EVERY_MEMBER:
-            return self.to_every_member(request, session, group)
-        if request.code in WRITES:
-            return self.write(request, session, group)
-        return self.read(request, session, group)
-
-    # ------------------------------------------------------------------ the name server role
 
     async def ask_name_servers(self, request: RemotingCommand) -> RemotingCommand | None:
         """``request`` to the first name server that answers, its answer as it came; None for a
@@ -155,16 +87,7 @@ class FrontDoor:
             return copy_response(request, resp)
         return request.reply(ResponseCode.SYSTEM_ERROR, f"the proxy reaches no name server ({last_error})")
 
-    async def _as_name_server(self, request: RemotingCommand) -> RemotingCommand | None:
-        answer = await self.ask_name_servers(request)
-        if answer is not None and answer.code == ResponseCode.SUCCESS and answer.body:
-            if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                answer.body = self.doors.rewrite_route(answer.body)
-            elif request.code == RequestCode.GET_BROKER_CLUSTER_INFO:
-                answer.body = self.doors.rewrite_cluster_info(answer.body)
-        return answer
 
-    # ------------------------------------------------------------------ forwarding
 
     async def write(self, request: RemotingCommand, session: ClientSession, group: str) -> RemotingCommand | None:
         """``request`` to ``group``'s master on ``session``'s connection: its answer (None: oneway)."""
@@ -301,15 +224,7 @@ class FrontDoor:
         return REQUEST_TIMEOUT_S
 
 
-class _Listener:
-    """A remoting processor bound to one listener of the proxy (a door, or the proxy's port)."""
 
-    def __init__(self, door: FrontDoor, group: str | None) -> None:
-        self._door = door
-        self._group = group
-
-    def process(self, request: RemotingCommand, conn: Connection) -> Reply:
-        return self._door.process(request, conn, self._group)
 
 
 def _name(request: RemotingCommand) -> str:

@@ -27,8 +27,8 @@ import orjson
 import trio
 
 from core.config import ProxySettings
-from core.proxy.grpc_auth import Caller
-from core.proxy.grpc_messages import Refused, duration, incoming
+from core.proxy.grpc.auth import Caller
+from core.proxy.grpc.messages import Refused, duration, incoming
 from core.proxy.session import ClientSession
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand

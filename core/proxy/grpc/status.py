@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.proxy.grpc_messages import Refused
+from core.proxy.grpc.messages import Refused
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from formats.rocketmq_v2 import messaging_pb2 as pb

@@ -1,5 +1,5 @@
 """``apache.rocketmq.v2.MessagingService`` on trio: each RPC turned into the 4.x requests our
-brokers serve, forwarded through the proxy's :class:`FrontDoor` (which follows masters and raft
+brokers serve, forwarded through the proxy's :class:`Forwarder` (which follows masters and raft
 leaders, and resends a send that died with its leader).
 
 | RPC                      | upstream                                                    |
@@ -13,8 +13,8 @@ leaders, and resends a send that died with its leader).
 | EndTransaction           | END_TRANSACTION (oneway) to the group holding the half       |
 | Heartbeat / Settings     | a producer's topics heartbeated as producer groups          |
 
-The producing RPCs are in core/proxy/grpc_producing.py, the consuming ones in
-core/proxy/grpc_consuming.py; this class keeps what both share (routes, clients, settings,
+The producing RPCs are in core/proxy/grpc/producing.py, the consuming ones in
+core/proxy/grpc/consuming.py; this class keeps what both share (routes, clients, settings,
 telemetry). Every failure is a ``Status`` in the answer with the proto's code (RocketMQ's proxy answers gRPC
 OK with the code inside); the codes are listed in docs/grpc.md.
 """
@@ -29,22 +29,22 @@ from core.acl.file import AclFile
 from core.acl.permissions import PUB, SUB
 from core.config import ProxySettings
 from core.errors import RemotingError
-from core.proxy.ack_batches import AckOf
 from core.proxy.batching import Lines
-from core.proxy.front_door import FrontDoor
-from core.proxy.grpc_auth import Caller, check_permission
-from core.proxy.grpc_clients import GrpcClients, Push
-from core.proxy.grpc_consuming import Consuming
-from core.proxy.grpc_messages import (
+from core.proxy.forwarder import Forwarder
+from core.proxy.grpc.ack_batches import AckOf
+from core.proxy.grpc.auth import Caller, check_permission
+from core.proxy.grpc.clients import GrpcClients, Push
+from core.proxy.grpc.consuming import Consuming
+from core.proxy.grpc.messages import (
     Refused,
     check_group,
     check_topic,
 )
-from core.proxy.grpc_producing import Producing
-from core.proxy.grpc_routes import message_queues
-from core.proxy.grpc_shared import DoorShared
-from core.proxy.grpc_status import ok, refused
-from core.proxy.send_batches import Send, SendAnswer
+from core.proxy.grpc.producing import Producing
+from core.proxy.grpc.routes import message_queues
+from core.proxy.grpc.send_batches import Send, SendAnswer
+from core.proxy.grpc.shared import DoorShared
+from core.proxy.grpc.status import ok, refused
 from core.remoting.command import RemotingCommand
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
@@ -58,10 +58,10 @@ class MessagingService(DoorShared):
     """The RPCs, each ``async (request, caller) -> response`` on trio: routes, clients and
     telemetry here, the producer's in :attr:`producing`, the consumer's in :attr:`consuming`."""
 
-    def __init__(self, front: FrontDoor, clients: GrpcClients, settings: ProxySettings,
+    def __init__(self, forwarder: Forwarder, clients: GrpcClients, settings: ProxySettings,
                  acl: AclFile | None, batches: Lines[Send, SendAnswer],
                  acks: Lines[AckOf, RemotingCommand | None]) -> None:
-        super().__init__(front, clients, settings, acl)
+        super().__init__(forwarder, clients, settings, acl)
         self.producing = Producing(self, batches)
         self.consuming = Consuming(self, acks)
         self.counts: dict[str, int] = {}
@@ -124,10 +124,10 @@ class MessagingService(DoorShared):
         beat = self.clients.producer_heartbeat(client)
         if beat is None:
             return
-        for group in sorted(self.front.view.groups):
+        for group in sorted(self.forwarder.view.groups):
             client.session.remember_heartbeat(group, beat)
             try:
-                await self.front.to_every_member(beat, client.session, group)
+                await self.forwarder.to_every_member(beat, client.session, group)
             except RemotingError as exc:  # the next heartbeat tries again
                 log.debug("heartbeat of %s to %s: %s", caller.client_id, group, exc)
 

@@ -1,0 +1,1 @@
+"""The proxy's remoting door for 4.x clients."""
