@@ -176,6 +176,7 @@ class ScheduleService:
         self.recall_queue = self.timer_queue + 1  # recall markers
         self._recalled: dict[str, int] = {}  # UNIQ_KEY -> due ms, of recalled timer messages
         self._recalls_read = 0
+        self._recalls_pruned_ms = 0
         # Entries due before this instant may have been delivered by a run that crashed before
         # saving its progress: check those against the real topic first.
         self._uncertain_before_ms = time.time_ns() // 1_000_000 if started_ms is None else started_ms
@@ -220,8 +221,10 @@ class ScheduleService:
                 if uniq:
                     self._recalled[uniq] = entry.tags_code
         self._recalls_read = start
-        for uniq in [u for u, due in self._recalled.items() if due + RECALL_KEEP_MS < now_ms]:
-            del self._recalled[uniq]
+        if self._recalled and now_ms >= self._recalls_pruned_ms + RECALL_KEEP_MS:  # a walk a minute, not a round
+            self._recalls_pruned_ms = now_ms
+            for uniq in [u for u, due in self._recalled.items() if due + RECALL_KEEP_MS < now_ms]:
+                del self._recalled[uniq]
 
     def deliver_due(self, now_ms: int) -> int | None:
         """Deliver every entry due at ``now_ms``; returns when the next one is due (``None``

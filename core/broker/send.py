@@ -132,8 +132,10 @@ def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connectio
 
 def _recall_field(broker: SendingBroker, stored: MessageRecord, topic: str) -> dict[str, str]:
     """``recallHandle`` for a timer message held for later (not for retries), as RocketMQ 5 answers."""
+    if stored.topic != SCHEDULE_TOPIC:  # every plain send leaves here
+        return {}
     due, uniq = stored.properties.get(TIMER_OUT_MS), stored.properties.get(UNIQ_KEY)
-    if stored.topic != SCHEDULE_TOPIC or not due or not uniq or topic.startswith(RETRY_PREFIX):
+    if not due or not uniq or topic.startswith(RETRY_PREFIX):
         return {}
     return {"recallHandle": RecallHandle(topic, broker.node.name, int(due), uniq).text()}
 

@@ -4,7 +4,8 @@ call (RocketMQ 5's SDKs do).
 
 Items wait in a line per key (the caller's: a client session, a broker group, ...). When a line
 has fewer batches in flight than it may, every item that joined it in this scheduler pass goes
-out as one batch, handed to the line's ``flush``. Nothing waits for a timer: an idle line sends
+out as one batch: ``flush(key, items)``, one function for every line of a :class:`Lines`, which
+reads from the key where the batch goes. Nothing waits for a timer: an idle line sends
 at once, a busy one gathers what arrives while its batches are in flight.
 
 An ordered line has one batch in flight at a time, so its items reach the broker in the order
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import trio
 
@@ -27,7 +28,7 @@ I = TypeVar("I")  # noqa: E741 - an item
 A = TypeVar("A")  # an item's answer
 UNORDERED_INFLIGHT_MAX = 4
 
-Flush = Callable[[list[I]], Awaitable[list[A]]]
+Flush = Callable[[Any, list[I]], Awaitable[list[A]]]  # (the line's key, its batch) -> an answer per item
 
 
 @dataclass(slots=True)
@@ -47,35 +48,33 @@ class Ticket(Generic[I, A]):
 
 
 class _Line(Generic[I, A]):
-    __slots__ = ("waiting", "inflight", "inflight_max", "launching", "flush")
+    __slots__ = ("waiting", "inflight", "inflight_max", "launching")
 
-    def __init__(self, inflight_max: int, flush: Flush[I, A]) -> None:
+    def __init__(self, inflight_max: int) -> None:
         self.waiting: list[Ticket[I, A]] = []
         self.inflight = 0
         self.inflight_max = inflight_max
         self.launching = False
-        self.flush = flush
 
 
 class Lines(Generic[I, A]):
     """The lines of one kind of request (see the module's docstring)."""
 
-    def __init__(self, nursery: trio.Nursery, *, items_max: int, bytes_max: int) -> None:
+    def __init__(self, nursery: trio.Nursery, flush: Flush[I, A], *, items_max: int, bytes_max: int) -> None:
         self._nursery = nursery
+        self._flush_batch = flush
         self._lines: dict[Hashable, _Line[I, A]] = {}
         self.items_max = items_max
         self.bytes_max = bytes_max
         self.batches = 0  # batches flushed, and the items they held
         self.items = 0
 
-    def submit(self, item: I, key: Hashable, *, ordered: bool, flush: Flush[I, A], mergeable: bool = True,
+    def submit(self, item: I, key: Hashable, *, ordered: bool, mergeable: bool = True,
                size: int = 0) -> Ticket[I, A]:
-        """Line ``item`` up; ``flush(items)`` sends a batch and answers each item (the first
-        submitter's ``flush`` serves the line while it lives: every item of a key must be
-        flushed alike). Submitted in order, flushed in order."""
+        """Line ``item`` up on line ``key``; submitted in order, flushed in order."""
         line = self._lines.get(key)
         if line is None:
-            line = self._lines[key] = _Line(1 if ordered else UNORDERED_INFLIGHT_MAX, flush)
+            line = self._lines[key] = _Line(1 if ordered else UNORDERED_INFLIGHT_MAX)
         ticket: Ticket[I, A] = Ticket(item, mergeable, size)
         line.waiting.append(ticket)
         if not line.launching and line.inflight < line.inflight_max:
@@ -104,7 +103,7 @@ class Lines(Generic[I, A]):
         try:
             self.batches += 1
             self.items += len(batch)
-            answers = await line.flush([t.item for t in batch])
+            answers = await self._flush_batch(key, [t.item for t in batch])
         except Exception:  # a bug in a flush: its items are answered None, the proxy goes on
             log.exception("a batch of %d could not be sent", len(batch))
         finally:

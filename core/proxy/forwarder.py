@@ -107,7 +107,7 @@ class Forwarder:
             except RemotingError as exc:  # closed, refused or timed out: a dead or cut-off master
                 if session.closed:  # the client left and its connections were closed here
                     return None if request.is_oneway else request.reply(ResponseCode.SYSTEM_ERROR, "client left")
-                log.info("%s to %s (group %s) failed: %s", _name(request), master, group, exc)
+                log.info("%s to %s (group %s) failed: %s", request_name(request), master, group, exc)
                 session.drop(master)
                 self.view.suspect(group, master)
                 if request.code in RESENDABLE and trio.current_time() < deadline:
@@ -227,7 +227,8 @@ class Forwarder:
 
 
 
-def _name(request: RemotingCommand) -> str:
+def request_name(request: RemotingCommand) -> str:
+    """The request's code by name, for logs."""
     try:
         return RequestCode(request.code).name
     except ValueError:

@@ -12,13 +12,10 @@ import trio
 from core.acl.file import AclFile, keep_acl_current
 from core.config import Config, ProxyNode
 from core.plugin_manager import PluginHost
-from core.proxy.batching import Lines
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
 from core.proxy.forwarder import Forwarder
-from core.proxy.grpc.ack_batches import ACKS_MAX
 from core.proxy.grpc.clients import GrpcClients
-from core.proxy.grpc.send_batches import BATCH_BYTES_MAX, BATCH_MESSAGES_MAX
 from core.proxy.grpc.server import serve_grpc
 from core.proxy.grpc.service import MessagingService
 from core.proxy.remoting.door import RemotingDoor
@@ -47,9 +44,7 @@ async def serve_proxy(
         if node.grpc_listen:
             clients = GrpcClients(nursery, config.proxy)
             nursery.start_soon(clients.expire_silent)
-            sends = Lines(nursery, items_max=BATCH_MESSAGES_MAX, bytes_max=BATCH_BYTES_MAX)
-            acks = Lines(nursery, items_max=ACKS_MAX, bytes_max=ACKS_MAX)  # acks carry no size: the count bounds
-            service = MessagingService(forwarder, clients, config.proxy, acl, sends, acks)
+            service = MessagingService(forwarder, clients, config.proxy, acl, nursery)
             more_counters = service.runtime_table
             nursery.start_soon(service.consuming.renewals.run)
             got = await nursery.start(lambda task_status: serve_grpc(

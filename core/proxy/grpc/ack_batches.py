@@ -1,5 +1,5 @@
 """A client's concurrent 5.x acks as BATCH_ACK_MESSAGE (core/proxy/batching.py lines them up,
-per client session and broker group).
+per client session and broker group; core/proxy/grpc/consuming.py flushes them).
 
 The official SDKs ack one message a call (a push consumer's threads, or ``ack_async`` over a
 received batch, ack concurrently). Acks that gather go upstream as one BATCH_ACK_MESSAGE, whose
@@ -20,7 +20,6 @@ offset is ``CHECKPOINT_MESSAGES_MAX`` or more past their checkpoint's start (a f
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
@@ -80,13 +79,3 @@ def batch_ack_request(acks: list[AckOf]) -> RemotingCommand:
          "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
         for (c, t, r, so, q, rq, pt), bits in entries.items()]}
     return RemotingCommand(code=RequestCode.BATCH_ACK_MESSAGE, language="PYTHON", body=orjson.dumps(body))
-
-
-def ack_flush(write: Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
-              ) -> Callable[[list[AckOf]], Awaitable[list[RemotingCommand | None]]]:
-    """A line's flush: one ACK_MESSAGE, or one BATCH_ACK_MESSAGE for several, through ``write``;
-    every ack of the batch gets the batch's answer."""
-    async def flush(acks: list[AckOf]) -> list[RemotingCommand | None]:
-        response = await write(ack_request(acks[0]) if len(acks) == 1 else batch_ack_request(acks))
-        return [response] * len(acks)
-    return flush

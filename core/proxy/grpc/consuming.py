@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import trio
+
 from core.broker.pop.headers import (
     INIT_MAX,
     INVISIBLE_TIME_MAX_MS,
@@ -13,13 +15,14 @@ from core.broker.pop.headers import (
     PopHeader,
 )
 from core.proxy.batching import Lines, Ticket
-from core.proxy.grpc.ack_batches import AckOf, ack_flush, ack_request, changed_handle
+from core.proxy.grpc.ack_batches import ACKS_MAX, AckOf, ack_request, batch_ack_request, changed_handle
 from core.proxy.grpc.auth import Caller, check_permission
 from core.proxy.grpc.messages import Refused, check_group, check_topic, duration_ms, incoming
 from core.proxy.grpc.renewals import Renewals
 from core.proxy.grpc.routes import assignments
 from core.proxy.grpc.shared import DoorShared
 from core.proxy.grpc.status import NOT_FOUND, ok, overall, refused, status_of
+from core.proxy.session import ClientSession
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from formats.errors import FormatError
@@ -33,12 +36,14 @@ LONG_POLL_DEFAULT_MS = 20_000
 class Consuming:
     """The consumer's RPCs for a :class:`DoorShared`."""
 
-    def __init__(self, service: DoorShared, acks: Lines[AckOf, RemotingCommand | None]) -> None:
+    def __init__(self, service: DoorShared, nursery: trio.Nursery) -> None:
         self.shared = service
         self.forwarder = service.forwarder
         self.clients = service.clients
         self.settings = service.settings
-        self.acks = acks
+        # acks lined up per (session, broker group): core/proxy/grpc/ack_batches.py
+        self.acks: Lines[AckOf, RemotingCommand | None] = Lines(nursery, self._flush_acks, items_max=ACKS_MAX,
+                                                                bytes_max=ACKS_MAX)  # acks carry no size
         self.renewals = Renewals(service.clients, service.forwarder, service.settings)
 
     async def query_assignment(self, req: pb.QueryAssignmentRequest, caller: Caller) -> pb.QueryAssignmentResponse:
@@ -146,17 +151,20 @@ class Consuming:
             except Refused as exc:
                 lined.append(refused(exc))
                 continue
-
-            async def write(request: RemotingCommand, broker: str = ack.handle.broker_name) -> RemotingCommand | None:
-                return await self.forwarder.write(request, session, broker)
-            lined.append(self.acks.submit(ack, (id(session), ack.handle.broker_name), ordered=False,
-                                          flush=ack_flush(write), mergeable=ack.mergeable))
+            lined.append(self.acks.submit(ack, (session, ack.handle.broker_name), ordered=False,
+                                          mergeable=ack.mergeable))
         entries = []
         for entry, ticket in zip(req.entries, lined, strict=True):
             status = ticket if isinstance(ticket, pb.Status) else status_of(await ticket.answer(), "ack")
             entries.append(pb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                     status=status))
         return pb.AckMessageResponse(status=overall([e.status for e in entries]), entries=entries)
+
+    async def _flush_acks(self, line: tuple[ClientSession, str], acks: list[AckOf]) -> list[RemotingCommand | None]:
+        """One ACK_MESSAGE, or one BATCH_ACK_MESSAGE for several; every ack gets the batch's answer."""
+        session, broker = line
+        request = ack_request(acks[0]) if len(acks) == 1 else batch_ack_request(acks)
+        return [await self.forwarder.write(request, session, broker)] * len(acks)
 
     async def change_invisible_duration(self, req: pb.ChangeInvisibleDurationRequest,
                                         caller: Caller) -> pb.ChangeInvisibleDurationResponse:

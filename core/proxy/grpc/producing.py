@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import zlib
 
+import trio
+
 from core.acl.permissions import PUB
 from core.client.transaction_producer import TransactionState, end_transaction_request
 from core.proxy.batching import Lines, Ticket
@@ -13,7 +15,14 @@ from core.proxy.grpc.auth import Caller, check_permission
 from core.proxy.grpc.clients import HalfMessage
 from core.proxy.grpc.messages import Outgoing, Refused, check_topic, outgoing
 from core.proxy.grpc.routes import writable
-from core.proxy.grpc.send_batches import Send, SendAnswer, send_flush
+from core.proxy.grpc.send_batches import (
+    BATCH_BYTES_MAX,
+    BATCH_MESSAGES_MAX,
+    Send,
+    SendAnswer,
+    SendLine,
+    send_batch_request,
+)
 from core.proxy.grpc.shared import DoorShared
 from core.proxy.grpc.status import ok, overall, refused, status_of
 from core.remoting.codes import FLAG_ONEWAY, RequestCode
@@ -30,11 +39,12 @@ UNBATCHABLE = frozenset({DELAY, TIMER_DELIVER_MS})  # the broker refuses delayed
 class Producing:
     """SendMessage and EndTransaction for a :class:`DoorShared`."""
 
-    def __init__(self, service: DoorShared, batches: Lines[Send, SendAnswer]) -> None:
+    def __init__(self, service: DoorShared, nursery: trio.Nursery) -> None:
         self.shared = service
         self.forwarder = service.forwarder
         self.clients = service.clients
-        self.batches = batches
+        self.batches: Lines[Send, SendAnswer] = Lines(nursery, self._flush, items_max=BATCH_MESSAGES_MAX,
+                                                      bytes_max=BATCH_BYTES_MAX)
         self._round_robin = itertools.count()
 
     async def send_message(self, req: pb.SendMessageRequest, caller: Caller) -> pb.SendMessageResponse:
@@ -70,27 +80,20 @@ class Producing:
         session = self.clients.get(caller).session
         if out.message_group is not None:  # one group's messages go to one queue, in order
             group, queue_id = queues[zlib.crc32(out.message_group.encode()) % len(queues)]
-            key: tuple[object, ...] = (id(session), group, out.topic, queue_id)
-            ordered = True
-
-            def next_queue() -> int:
-                return queue_id
+            line = SendLine(session, group, out.topic, (queue_id,), True)
         else:
             group = queues[next(self._round_robin) % len(queues)][0]
-            key, ordered = (id(session), group, out.topic), False
-            ids = [q for g, q in queues if g == group]
-            turn = itertools.count()
-
-            def next_queue() -> int:
-                return ids[next(turn) % len(ids)]
+            line = SendLine(session, group, out.topic, tuple(q for g, q in queues if g == group), False)
         mergeable = not out.sysflag and not out.transactional and not (out.properties.keys() & UNBATCHABLE)
-
-        async def write(request: RemotingCommand) -> RemotingCommand | None:
-            return await self.forwarder.write(request, session, group)
-        ticket = self.batches.submit(Send(out.topic, out.body, out.sysflag, out.properties, out.born_ms), key,
-                                     ordered=ordered, flush=send_flush(write, next_queue), mergeable=mergeable,
-                                     size=len(out.body))
+        ticket = self.batches.submit(Send(out.topic, out.body, out.sysflag, out.properties, out.born_ms), line,
+                                     ordered=line.ordered, mergeable=mergeable, size=len(out.body))
         return out, group, ticket
+
+    async def _flush(self, line: SendLine, sends: list[Send]) -> list[SendAnswer]:
+        """A line's batch to its group, on its client's session, to the line's next queue."""
+        queue_id = line.queue_ids[next(self._round_robin) % len(line.queue_ids)]
+        response = await self.forwarder.write(send_batch_request(sends, queue_id), line.session, line.group)
+        return [SendAnswer(response, i) for i in range(len(sends))]
 
     async def _sent(self, msg: pb.Message, submitted: tuple[Outgoing, str, Ticket[Send, SendAnswer]] | pb.SendResultEntry,
                     caller: Caller) -> pb.SendResultEntry:

@@ -1,10 +1,11 @@
-"""A client's concurrent 5.x sends as batch requests (core/proxy/batching.py lines them up).
+"""A client's concurrent 5.x sends as batch requests (core/proxy/batching.py lines them up;
+core/proxy/grpc/producing.py flushes them).
 
-Lines are per (client session, broker group, topic), plus the queue for a message group's
-messages: that line is ordered, so a group's messages are stored in the order the proxy read
-them. A batch of one is SEND_MESSAGE_V2 as before; more are SEND_BATCH_MESSAGE (at most
-``BATCH_MESSAGES_MAX`` messages and ``BATCH_BYTES_MAX`` bytes) to one queue: the next writable
-queue of the group, or the group's queue. Transactional halves, delayed or timed messages and
+Lines are per (client session, broker group, topic, the queues they may go to): a message
+group's line has its one queue and is ordered, so a group's messages are stored in the order the
+proxy read them. A batch of one is SEND_MESSAGE_V2 as before; more are SEND_BATCH_MESSAGE (at
+most ``BATCH_MESSAGES_MAX`` messages and ``BATCH_BYTES_MAX`` bytes) to one queue: the line's
+next queue in turn. Transactional halves, delayed or timed messages and
 compressed bodies do not merge (the broker refuses them in batches). A batch request carries one
 born timestamp, the earliest of its messages'. The broker's answer to a batch is every
 message's: the status is shared, the offsets follow on from the first.
@@ -12,15 +13,27 @@ message's: the status is shared, the offsets follow on from the first.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from core.client.producer import send_request
+from core.proxy.session import ClientSession
 from core.remoting.command import RemotingCommand
 from formats.batch import BatchItem, encode_batch
 
 BATCH_MESSAGES_MAX = 128
 BATCH_BYTES_MAX = 512 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SendLine:
+    """Where a line's batches go: on ``session``, to ``group``'s ``topic``, one of ``queue_ids``
+    in turn (a message group's line: its one queue)."""
+
+    session: ClientSession
+    group: str
+    topic: str
+    queue_ids: tuple[int, ...]
+    ordered: bool
 
 
 @dataclass(slots=True)
@@ -50,15 +63,6 @@ class SendAnswer:
             return ""
         ids = self.response.ext_fields.get("msgId", "").split(",")
         return ids[self.index] if self.index < len(ids) else ""
-
-
-def send_flush(write: Callable[[RemotingCommand], Awaitable[RemotingCommand | None]],
-               next_queue: Callable[[], int]) -> Callable[[list[Send]], Awaitable[list[SendAnswer]]]:
-    """A line's flush: the batch to the queue ``next_queue()`` names, through ``write``."""
-    async def flush(sends: list[Send]) -> list[SendAnswer]:
-        response = await write(send_batch_request(sends, next_queue()))
-        return [SendAnswer(response, i) for i in range(len(sends))]
-    return flush
 
 
 def send_batch_request(sends: list[Send], queue_id: int) -> RemotingCommand:

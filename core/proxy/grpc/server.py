@@ -37,7 +37,9 @@ from core.proxy.grpc.connection import (
     GRPC_DEADLINE_EXCEEDED,
     GRPC_INTERNAL,
     GRPC_OK,
+    GRPC_PERMISSION_DENIED,
     GRPC_RESOURCE_EXHAUSTED,
+    GRPC_UNAUTHENTICATED,
     GRPC_UNIMPLEMENTED,
     CallCancelled,
     CallHalfClosed,
@@ -55,7 +57,6 @@ log = logging.getLogger(__name__)
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 MESSAGE_BYTES_MAX = 16 * 1024 * 1024  # a SendMessage of several 4 MiB bodies; bounded before decoding
 RECEIVE_BYTES = 256 * 1024
-GRPC_PERMISSION_DENIED, GRPC_UNAUTHENTICATED = 7, 16
 
 
 class GrpcPortTaken(OSError):
@@ -71,6 +72,12 @@ class Rpc:
     request_type: Any
     response_type: Any = None
     method: Callable[[Any, Caller], Awaitable[Any]] | None = None
+
+    def refuse(self, status: pb.Status) -> Any:
+        """The answer that carries only ``status`` (a receive's: its one frame)."""
+        if self.kind == "receive":
+            return [pb.ReceiveMessageResponse(status=status)]
+        return self.response_type(status=status)
 
 
 def rpc_table(s: MessagingService) -> dict[str, Rpc]:
@@ -279,10 +286,8 @@ class _Connection:
             self._end(sid, GRPC_INTERNAL, f"the request does not decode: {exc}")
             self.wake()
             return
-        refuse = (lambda status: [pb.ReceiveMessageResponse(status=status)]) if rpc.kind == "receive" \
-            else (lambda status: rpc.response_type(status=status))
         if call.refusal is not None:
-            self._answer(sid, _as_list(refuse(pb.Status(code=call.refusal.code, message=call.refusal.message))))
+            self._answer(sid, _as_list(rpc.refuse(pb.Status(code=call.refusal.code, message=call.refusal.message))))
             self.calls.pop(sid, None)
             self.wake()
             return
@@ -291,7 +296,7 @@ class _Connection:
         try:
             with call.scope:
                 call.scope.deadline = trio.current_time() + call.timeout_s if call.timeout_s else math.inf
-                answer = await self.door.service.serve(rpc.name, rpc.method, request, call.caller, refuse)
+                answer = await self.door.service.serve(rpc.name, rpc.method, request, call.caller, rpc.refuse)
                 self._answer(sid, _as_list(answer))
             if call.scope.cancelled_caught and sid in self.calls:  # not the client's reset: the deadline
                 self.h2.finish(sid, GRPC_DEADLINE_EXCEEDED, "the call's deadline (grpc-timeout) passed")

@@ -25,13 +25,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import trio
+
 from core.acl.file import AclFile
 from core.acl.permissions import PUB, SUB
 from core.config import ProxySettings
 from core.errors import RemotingError
-from core.proxy.batching import Lines
 from core.proxy.forwarder import Forwarder
-from core.proxy.grpc.ack_batches import AckOf
 from core.proxy.grpc.auth import Caller, check_permission
 from core.proxy.grpc.clients import GrpcClients, Push
 from core.proxy.grpc.consuming import Consuming
@@ -42,10 +42,8 @@ from core.proxy.grpc.messages import (
 )
 from core.proxy.grpc.producing import Producing
 from core.proxy.grpc.routes import message_queues
-from core.proxy.grpc.send_batches import Send, SendAnswer
 from core.proxy.grpc.shared import DoorShared
 from core.proxy.grpc.status import ok, refused
-from core.remoting.command import RemotingCommand
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -59,11 +57,10 @@ class MessagingService(DoorShared):
     telemetry here, the producer's in :attr:`producing`, the consumer's in :attr:`consuming`."""
 
     def __init__(self, forwarder: Forwarder, clients: GrpcClients, settings: ProxySettings,
-                 acl: AclFile | None, batches: Lines[Send, SendAnswer],
-                 acks: Lines[AckOf, RemotingCommand | None]) -> None:
+                 acl: AclFile | None, nursery: trio.Nursery) -> None:
         super().__init__(forwarder, clients, settings, acl)
-        self.producing = Producing(self, batches)
-        self.consuming = Consuming(self, acks)
+        self.producing = Producing(self, nursery)
+        self.consuming = Consuming(self, nursery)
         self.counts: dict[str, int] = {}
         self.door_stats: Callable[[], dict[str, str]] = dict  # the gRPC server's own counters, once it runs
 

@@ -22,7 +22,7 @@ import orjson
 import trio
 
 from core.acl.file import AclFile
-from core.proxy.forwarder import EVERY_MEMBER, ROUTING, WRITES, Forwarder, _name
+from core.proxy.forwarder import EVERY_MEMBER, ROUTING, WRITES, Forwarder, request_name
 from core.proxy.session import ClientSession, RelayDown
 from core.remoting.client import split_address
 from core.remoting.codes import RequestCode, ResponseCode
@@ -76,7 +76,7 @@ class RemotingDoor:
     def process(self, request: RemotingCommand, conn: Connection, door_group: str | None) -> Reply:
         group = request.ext_fields.get("bname") or request.ext_fields.get("n") or door_group
         if log.isEnabledFor(logging.DEBUG):  # not on every request: naming the code costs an enum lookup
-            log.debug("%s from %s for %s", _name(request), conn.remote, group or "the name servers")
+            log.debug("%s from %s for %s", request_name(request), conn.remote, group or "the name servers")
         if group is None and request.code == RequestCode.GET_BROKER_RUNTIME_INFO:
             return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": self.runtime_table()}))
         if group is None or request.code in ROUTING:
