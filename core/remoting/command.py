@@ -36,6 +36,7 @@ _FRAME_HEAD = struct.Struct(">ii")
 _BIN_FIXED = struct.Struct(">hbhii")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_STR_ONLY = {str}
 _LANGUAGE_NAMES = {code.value: code.name for code in LanguageCode}
 
 
@@ -148,32 +149,31 @@ def decode_header(raw: bytes, serialize_type: int) -> RemotingCommand:
     if not isinstance(doc, dict):
         raise HeaderError("header is not a JSON object")
     opaque = doc.get("opaque")
-    opaque = opaque if isinstance(opaque, int) and not isinstance(opaque, bool) else None
     code = doc.get("code")
-    if not isinstance(code, int) or isinstance(code, bool):
-        raise HeaderError("header has no integer code", opaque)
-    if opaque is None:
-        raise HeaderError("header has no integer opaque", None, code)
     flag = doc.get("flag", 0)
-    if not isinstance(flag, int) or isinstance(flag, bool):
+    if type(opaque) is not int:  # type(), not isinstance: a bool is not a number here
+        opaque = None
+        if type(code) is not int:
+            raise HeaderError("header has no integer code")
+        raise HeaderError("header has no integer opaque", None, code)
+    if type(code) is not int:
+        raise HeaderError("header has no integer code", opaque)
+    if type(flag) is not int:
         raise HeaderError("header flag is not an integer", opaque, code)
-    ext_raw = doc.get("extFields") or {}
-    if not isinstance(ext_raw, dict):
+    ext = doc.get("extFields") or {}
+    if type(ext) is not dict:
         raise HeaderError("extFields is not an object", opaque, code)
-    ext = {}
-    for k, v in ext_raw.items():
-        sv = _str_value(v)
-        if sv is not None:
-            ext[k] = sv
+    if not set(map(type, ext.values())) <= _STR_ONLY:  # the C++ client sends some as numbers
+        ext = {k: sv for k, v in ext.items() if (sv := _str_value(v)) is not None}
     remark = doc.get("remark")
     version = doc.get("version", 0)
     language = doc.get("language", "OTHER")
     return RemotingCommand(
-        code=code, ext_fields=ext, opaque=opaque, flag=flag,
-        remark=remark if isinstance(remark, str) and remark else None,
-        language=language if isinstance(language, str) else "OTHER",
-        version=version if isinstance(version, int) else 0,
-        serialize_type=SerializeType.JSON,
+        code, ext, b"", opaque, flag,
+        remark if type(remark) is str and remark else None,
+        language if type(language) is str else "OTHER",
+        version if type(version) is int else 0,
+        SerializeType.JSON,
     )
 
 
