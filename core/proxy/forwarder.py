@@ -20,6 +20,7 @@ the member: suggest id 0; records name the group's door as their store host).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -28,8 +29,9 @@ from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
 from core.proxy.session import ClientSession, copy_request, copy_response
 from core.remoting.client import RemotingClient, split_address
-from core.remoting.codes import RequestCode, ResponseCode
+from core.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from core.remoting.connection import Outcome
 from formats.errors import RecordError
 from formats.pull_body import with_store_host
 
@@ -46,6 +48,8 @@ SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, Reques
 # twice), POPs (what the lost answer handed out comes back after its invisible time) and acks
 # (the checkpoint they ack was replicated with the group's log)
 RESENDABLE = SENDS | {RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE}
+# writes whose answers go back as they came (a POP's is rewritten): relayed without a task
+RELAYED = WRITES - {RequestCode.POP_MESSAGE, RequestCode.NOTIFICATION}
 EVERY_MEMBER = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT})
 ROUTING = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO})
 
@@ -60,8 +64,9 @@ NAMESRV_TIMEOUT_S = 3.0
 class Forwarder:
     """Requests to broker groups (see the module's docstring), for both doors."""
 
-    def __init__(self, doors: Doors, view: ClusterView, namesrv_client: RemotingClient, namesrv: list[str], *,
-                 elects: bool, failover_wait_s: float) -> None:
+    def __init__(self, nursery: trio.Nursery, doors: Doors, view: ClusterView, namesrv_client: RemotingClient,
+                 namesrv: list[str], *, elects: bool, failover_wait_s: float) -> None:
+        self._nursery = nursery  # where a relay that failed goes on
         self.doors = doors
         self.view = view
         self._namesrv_client = namesrv_client
@@ -89,10 +94,12 @@ class Forwarder:
 
 
 
-    async def write(self, request: RemotingCommand, session: ClientSession, group: str) -> RemotingCommand | None:
-        """``request`` to ``group``'s master on ``session``'s connection: its answer (None: oneway)."""
-        deadline = trio.current_time() + (self._failover_wait_s if self._elects else 0.0)
-        tried: str | None = None
+    async def write(self, request: RemotingCommand, session: ClientSession, group: str, *,
+                    deadline: float | None = None, tried: str | None = None) -> RemotingCommand | None:
+        """``request`` to ``group``'s master on ``session``'s connection: its answer (None: oneway).
+        ``deadline`` and ``tried`` continue a relay that failed on master ``tried``."""
+        if deadline is None:
+            deadline = trio.current_time() + (self._failover_wait_s if self._elects else 0.0)
         while True:
             master = await self.view.wait_master(group, deadline)
             if master is None:
@@ -105,21 +112,83 @@ class Forwarder:
                 if resp is None:
                     return None
             except RemotingError as exc:  # closed, refused or timed out: a dead or cut-off master
-                if session.closed:  # the client left and its connections were closed here
-                    return None if request.is_oneway else request.reply(ResponseCode.SYSTEM_ERROR, "client left")
-                log.info("%s to %s (group %s) failed: %s", request_name(request), master, group, exc)
-                session.drop(master)
-                self.view.suspect(group, master)
-                if request.code in RESENDABLE and trio.current_time() < deadline:
+                if self._failed(request, session, group, master, exc, deadline):
                     continue
-                return request.reply(ResponseCode.SYSTEM_ERROR, f"broker {group} ({master}) failed: {exc}")
-            if (resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in RESENDABLE
-                    and trio.current_time() < deadline and await self._master_moved(group, master)):
+                return self._failure_answer(request, session, group, master, exc)
+            if await self._resend_after(request, resp, group, master, deadline):
                 continue  # it stopped leading: the new leader gets the send
             answer = copy_response(request, resp)
             if request.code == RequestCode.POP_MESSAGE:
                 self._through_door(answer, group)
             return answer
+
+    def relay(self, request: RemotingCommand, session: ClientSession, group: str,
+              answer: Callable[[RemotingCommand | None], None]) -> bool:
+        """:meth:`write` without a task, event or re-read for the common case: the group's master
+        is known, the session has a connection to it, and the answer goes back as it came. Sends
+        ``request`` now and hands its answer to ``answer``; a failure continues as :meth:`write`
+        does, in a task. False: not relayable, use :meth:`write`."""
+        if request.code not in RELAYED or request.flag & FLAG_ONEWAY:
+            return False
+        master = self.view.master(group)
+        upstream = session.connected(master) if master is not None else None
+        if upstream is None:
+            return False
+        assert master is not None
+        deadline = trio.current_time() + (self._failover_wait_s if self._elects else 0.0)
+
+        def settled(outcome: Outcome) -> None:
+            if isinstance(outcome, RemotingCommand) and not (
+                    outcome.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in RESENDABLE
+                    and trio.current_time() < deadline):
+                answer(copy_response(request, outcome))
+            else:
+                self._nursery.start_soon(self._write_after, request, session, group, master, outcome, deadline,
+                                         answer)
+
+        try:
+            upstream.request_then(session.outgoing(request), self._timeout(request, deadline), settled)
+        except RemotingError:
+            return False
+        return True
+
+    async def _write_after(self, request: RemotingCommand, session: ClientSession, group: str, master: str,
+                           outcome: Outcome, deadline: float,
+                           answer: Callable[[RemotingCommand | None], None]) -> None:
+        """What :meth:`write` does after its try on ``master`` ended in ``outcome``."""
+        if isinstance(outcome, RemotingError):
+            if not self._failed(request, session, group, master, outcome, deadline):
+                answer(self._failure_answer(request, session, group, master, outcome))
+                return
+        elif not await self._resend_after(request, outcome, group, master, deadline):
+            answer(copy_response(request, outcome))
+            return
+        answer(await self.write(request, session, group, deadline=deadline, tried=master))
+
+    def _failed(self, request: RemotingCommand, session: ClientSession, group: str, master: str,
+                exc: RemotingError, deadline: float) -> bool:
+        """Note that ``master`` failed under ``request``: True when it goes to the next master."""
+        if session.closed:  # the client left and its connections were closed here
+            return False
+        log.info("%s to %s (group %s) failed: %s", request_name(request), master, group, exc)
+        session.drop(master)
+        self.view.suspect(group, master)
+        return request.code in RESENDABLE and trio.current_time() < deadline
+
+    @staticmethod
+    def _failure_answer(request: RemotingCommand, session: ClientSession, group: str, master: str,
+                        exc: RemotingError) -> RemotingCommand | None:
+        if request.is_oneway:
+            return None
+        if session.closed:
+            return request.reply(ResponseCode.SYSTEM_ERROR, "client left")
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"broker {group} ({master}) failed: {exc}")
+
+    async def _resend_after(self, request: RemotingCommand, resp: RemotingCommand, group: str, master: str,
+                            deadline: float) -> bool:
+        """Whether an answer of ``master`` says it stopped leading, so the request goes again."""
+        return (resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in RESENDABLE
+                and trio.current_time() < deadline and await self._master_moved(group, master))
 
     @staticmethod
     async def _forward(session: ClientSession, group: str, member: str, request: RemotingCommand,

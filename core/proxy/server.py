@@ -35,7 +35,7 @@ async def serve_proxy(
         view = ClusterView(client, config.namesrv_addresses)
         await nursery.start(view.run)
         acl = AclFile(config.acl_file) if config.acl.enabled else None
-        forwarder = Forwarder(doors, view, client, config.namesrv_addresses,
+        forwarder = Forwarder(nursery, doors, view, client, config.namesrv_addresses,
                               elects=config.replication.mode == "dledger",
                               failover_wait_s=config.proxy.failover_wait_ms / 1000)
         more_counters: Callable[[], dict[str, str]] = dict

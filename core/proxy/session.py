@@ -99,6 +99,11 @@ class ClientSession:
                     log.debug("replaying a heartbeat to %s: %s", address, exc)
         return conn
 
+    def connected(self, address: str) -> Connection | None:
+        """The session's open connection to ``address``, if it has one (its heartbeat replayed)."""
+        conn = self._upstreams.get(address)
+        return conn if conn is not None and not conn.closed.is_set() else None
+
     def group_at(self, address: str) -> str | None:
         """The group of the member at ``address`` (one this session has a connection to)."""
         return self._group_of.get(address)

@@ -2,9 +2,12 @@
 ready frames into one send, requests matched to responses by opaque, and incoming requests
 handed to a processor.
 
-A processor answers at once (returns a command) or later (returns an awaitable, run in its own
-task so a held long-poll never blocks the reader). Each connection bounds its queued frames,
-its in-flight handlers and its pending requests.
+A processor answers at once (returns a command), later (returns an awaitable, run in its own
+task so a held long-poll never blocks the reader), or later without a task (returns
+:data:`ANSWER_LATER` and calls :meth:`Connection.answer` from a callback: the proxy's relay,
+which costs no task, event or wake-up per request). A request can likewise be sent with a
+callback instead of a waiting task (:meth:`Connection.request_then`). Each connection bounds
+its queued frames, its in-flight handlers and its pending requests.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import inspect
 import itertools
 import logging
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,8 +44,21 @@ SWEEP_S = 0.05  # how often request deadlines are checked
 PENDING_MAX = 65536
 
 
-# What a processor returns: a response now, one later (an awaitable), or nothing (oneway).
-Reply = RemotingCommand | Awaitable[RemotingCommand | None] | None
+
+
+class AnswerLater:
+    """What a processor returns when it answers through :meth:`Connection.answer` itself."""
+
+    __slots__ = ()
+
+
+ANSWER_LATER = AnswerLater()
+
+# What a processor returns: a response now, one later (an awaitable, or ANSWER_LATER), or
+# nothing (oneway).
+Reply = RemotingCommand | Awaitable[RemotingCommand | None] | AnswerLater | None
+# What a request sent with a callback gets: its response, or why there is none.
+Outcome = RemotingCommand | RemotingError
 
 
 class Processor(Protocol):
@@ -73,7 +89,8 @@ class ConnectionStatistics:
 
 def request_bytes(cmd: RemotingCommand) -> int:
     """About what a request occupies: its body and its header fields."""
-    return len(cmd.body) + sum(len(k) + len(v) for k, v in cmd.ext_fields.items())
+    ext = cmd.ext_fields
+    return len(cmd.body) + sum(map(len, ext)) + sum(map(len, ext.values()))
 
 
 class _Pending:
@@ -83,6 +100,27 @@ class _Pending:
         self.event = trio.Event()
         self.response: RemotingCommand | None = None
         self.deadline = deadline
+
+    def settle(self, outcome: Outcome) -> None:
+        if isinstance(outcome, RemotingCommand):
+            self.response = outcome
+        self.event.set()  # no response: request() says why
+
+
+class _Callback:
+    """A pending request answered by calling ``then`` (from the reader, the sweeper or close)."""
+
+    __slots__ = ("then", "code")
+
+    def __init__(self, then: Callable[[Outcome], None], code: int) -> None:
+        self.then = then
+        self.code = code
+
+    def settle(self, outcome: Outcome) -> None:
+        try:
+            self.then(outcome)
+        except Exception:  # a callback's bug must not take the connection down
+            log.exception("the callback of request %d failed", self.code)
 
 
 class Connection:
@@ -115,7 +153,7 @@ class Connection:
         self._out_max = out_buffer_max
         self._writer_lot = trio.lowlevel.ParkingLot()  # the writer waits here for frames
         self._room_lot = trio.lowlevel.ParkingLot()  # senders wait here for buffer room
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _Pending | _Callback] = {}
         self._deadlines: list[tuple[float, int]] = []
         self._opaques = itertools.count(1)
         self._inflight = 0
@@ -142,9 +180,9 @@ class Connection:
         finally:
             self.closed.set()
             self._room_lot.unpark_all()
-            for pending in self._pending.values():
-                pending.event.set()
-            self._pending.clear()
+            pending, self._pending = self._pending, {}
+            for each in pending.values():
+                each.settle(ConnectionClosedError(f"connection to {self.remote} closed"))
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
 
@@ -167,14 +205,17 @@ class Connection:
         deadline = math.inf  # by when that frame must be complete
         try:
             while True:
-                with trio.move_on_at(deadline) as waited:
-                    try:
+                try:
+                    if deadline == math.inf:  # no cancel scope per read when no large frame is due
                         data = await self.stream.receive_some(RECEIVE_BYTES)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        return
-                if waited.cancelled_caught:
-                    log.warning("%s: closing connection: a %d-byte frame not complete within %.0f s",
-                                self.remote, reserved, self.limits.large_frame_s)
+                    else:
+                        with trio.move_on_at(deadline) as waited:
+                            data = await self.stream.receive_some(RECEIVE_BYTES)
+                        if waited.cancelled_caught:
+                            log.warning("%s: closing connection: a %d-byte frame not complete within %.0f s",
+                                        self.remote, reserved, self.limits.large_frame_s)
+                            return
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     return
                 if not data:
                     return
@@ -219,8 +260,7 @@ class Connection:
             elif item.is_response:
                 pending = self._pending.pop(item.opaque, None)
                 if pending is not None:
-                    pending.response = item
-                    pending.event.set()
+                    pending.settle(item)
             else:
                 await self._dispatch(item)
         return True
@@ -248,6 +288,9 @@ class Connection:
             result = request.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if type(result) is RemotingCommand:
             await self.reply(request, result)
+        elif result is ANSWER_LATER:
+            self._inflight += 1
+            self._inflight_bytes += request_bytes(request)
         elif inspect.isawaitable(result):
             size = request_bytes(request)
             self._inflight += 1
@@ -288,7 +331,27 @@ class Connection:
             self.plugins.rpc_after_response(self, request, response)
         await self._send_frame(response)
 
+    def answer(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """Answer ``request``, for which the processor returned :data:`ANSWER_LATER` (None: no
+        answer, as for a oneway); dropped when the connection closed meanwhile."""
+        self._inflight -= 1
+        self._inflight_bytes -= request_bytes(request)
+        if response is None or request.flag & FLAG_ONEWAY or self.closed.is_set():
+            return
+        if self._rpc_hooks:
+            assert self.plugins is not None
+            self.plugins.rpc_after_response(self, request, response)
+        self._queue_frame(response)
+
     # ------------------------------------------------------------------ writing
+
+    def _queue_frame(self, cmd: RemotingCommand) -> None:
+        """Queue ``cmd`` for the writer without waiting for buffer room: for answers and relayed
+        requests, which the peer's in-flight limits bound already."""
+        self._out += encode_frame(cmd)
+        self._out_frames += 1
+        if self._writer_lot:
+            self._writer_lot.unpark()
 
     async def _send_frame(self, cmd: RemotingCommand) -> None:
         """Queue ``cmd`` for the writer; waits only while the outgoing buffer is full."""
@@ -296,10 +359,7 @@ class Connection:
             await self._room_lot.park()
         if self.closed.is_set():
             raise ConnectionClosedError(f"connection to {self.remote} is closed")
-        self._out += encode_frame(cmd)
-        self._out_frames += 1
-        if self._writer_lot:
-            self._writer_lot.unpark()
+        self._queue_frame(cmd)
 
     async def _writer(self) -> None:
         try:
@@ -326,7 +386,7 @@ class Connection:
                 _, opaque = heapq.heappop(heap)
                 pending = self._pending.pop(opaque, None)
                 if pending is not None:
-                    pending.event.set()  # no response: request() reports the timeout
+                    pending.settle(RemotingTimeoutError(f"no response from {self.remote} in time"))
 
     # ------------------------------------------------------------------ requests
 
@@ -355,6 +415,30 @@ class Connection:
         if self.closed.is_set():
             raise ConnectionClosedError(f"connection to {self.remote} closed during request {cmd.code}")
         raise RemotingTimeoutError(f"no response from {self.remote} to request {cmd.code} within {timeout_s}s")
+
+    def request_then(self, cmd: RemotingCommand, timeout_s: float, then: Callable[[Outcome], None]) -> None:
+        """Send ``cmd`` now and call ``then`` once with its response, or with the error
+        (closed, timed out) that stands in for one. Raises at once when it cannot be sent."""
+        if self.closed.is_set():
+            raise ConnectionClosedError(f"connection to {self.remote} is closed")
+        if len(self._pending) >= PENDING_MAX:
+            raise RemotingError(f"{PENDING_MAX} requests already pending on {self.remote}")
+        if self._rpc_hooks:
+            assert self.plugins is not None
+            then = self._hooked(cmd, then, self.plugins)
+        cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
+        cmd.flag &= ~1
+        self._pending[opaque] = _Callback(then, cmd.code)
+        heapq.heappush(self._deadlines, (trio.current_time() + timeout_s, opaque))
+        self._queue_frame(cmd)
+
+    def _hooked(self, cmd: RemotingCommand, then: Callable[[Outcome], None],
+                plugins: RpcHooks) -> Callable[[Outcome], None]:
+        def hooked(outcome: Outcome) -> None:
+            if isinstance(outcome, RemotingCommand):
+                plugins.rpc_after_response(self, cmd, outcome)
+            then(outcome)
+        return hooked
 
     async def oneway(self, cmd: RemotingCommand) -> None:
         """Send ``cmd`` expecting no response."""

@@ -17,6 +17,7 @@ from core.plugin_manager import PluginHost
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import ResponseCode
 from core.remoting.command import FrameDecoder, RemotingCommand, encode_frame
+from core.remoting.connection import ANSWER_LATER
 from core.remoting.limits import ConnectionLimits
 from core.remoting.server import serve_remoting
 
@@ -80,6 +81,57 @@ async def test_unknown_codes_errors_and_timeouts_leave_the_connection_usable(nur
             await client.invoke(addr, RemotingCommand(code=NEVER), timeout_s=0.2)
         resp = await client.invoke(addr, RemotingCommand(code=ECHO, body=b"still here"))
         assert resp.body == b"still here"
+
+
+class RelayProcessor:
+    """Answers through Connection.answer from a callback request to a second server, as the
+    proxy's relay does: no task per request."""
+
+    def __init__(self, upstream) -> None:
+        self.upstream = upstream
+        self.timeout_s = 0.3
+
+    def process(self, request, conn):
+        def then(outcome):
+            answer = (request.reply(ResponseCode.SUCCESS, body=outcome.body) if isinstance(outcome, RemotingCommand)
+                      else request.reply(ResponseCode.SYSTEM_ERROR, type(outcome).__name__))
+            conn.answer(request, answer)
+        self.upstream.request_then(RemotingCommand(code=request.code, body=request.body), self.timeout_s, then)
+        return ANSWER_LATER
+
+
+async def test_answers_given_later_from_callbacks_count_in_flight_and_report_timeouts(nursery):
+    _, echo_addr = await start(nursery)
+    async with open_remoting_client() as client:
+        upstream = await client.connection(echo_addr)
+        relay, relay_addr = await start(nursery, RelayProcessor(upstream))
+        answers = {}
+
+        async def call(n):
+            code = NEVER if n == "never" else ECHO
+            answers[n] = await client.invoke(relay_addr, RemotingCommand(code=code, body=str(n).encode()), timeout_s=5)
+
+        async with trio.open_nursery() as inner:
+            for n in range(100):
+                inner.start_soon(call, n)
+        assert {n: (a.code, a.body) for n, a in answers.items()} == {
+            n: (ResponseCode.SUCCESS, str(n).encode()) for n in range(100)}
+        # NEVER gets no answer upstream: the callback hears of the timeout, the client an error
+        resp = await client.invoke(relay_addr, RemotingCommand(code=NEVER), timeout_s=5)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark == "RemotingTimeoutError"
+        assert upstream.statistics().pending_requests == 0
+        relay_conn = await client.connection(relay_addr)
+        assert relay_conn.statistics().pending_requests == 0
+        # closing the upstream settles what is pending there, with the reason
+        relay.timeout_s = 30.0
+        async with trio.open_nursery() as inner:
+            inner.start_soon(call, "never")
+            with trio.fail_after(5):
+                while upstream.statistics().pending_requests == 0:
+                    await trio.sleep(0.01)
+            upstream.close()
+        assert answers["never"].code == ResponseCode.SYSTEM_ERROR
+        assert answers["never"].remark == "ConnectionClosedError"
 
 
 async def test_oneway_requests_get_no_response(nursery):

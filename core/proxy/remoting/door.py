@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 import orjson
 import trio
@@ -27,7 +28,7 @@ from core.proxy.session import ClientSession, RelayDown
 from core.remoting.client import split_address
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
-from core.remoting.connection import Connection, Reply
+from core.remoting.connection import ANSWER_LATER, Connection, Reply
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ class RemotingDoor:
         if request.code in EVERY_MEMBER:
             return self.forwarder.to_every_member(request, session, group)
         if request.code in WRITES:
+            if self.forwarder.relay(request, session, group, partial(conn.answer, request)):
+                return ANSWER_LATER
             return self.forwarder.write(request, session, group)
         return self.forwarder.read(request, session, group)
 
