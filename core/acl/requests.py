@@ -112,6 +112,14 @@ def _batch_ack_names(body: bytes) -> Names:
             yield "topic", str(entry.get("t") or ""), group
 
 
+def _assignment_names(body: bytes) -> Names:
+    doc = _json(body)
+    if isinstance(doc, dict):
+        group = str(doc.get("consumerGroup") or "")
+        yield "group", group, None
+        yield "topic", str(doc.get("topic") or ""), group
+
+
 _CONSUMER = Rule(topics=("topic",), groups=("consumerGroup",))
 RULES: Mapping[int, Rule] = MappingProxyType({
     RequestCode.SEND_MESSAGE: Rule(topics=("topic",), topic_perm=PUB),
@@ -133,6 +141,7 @@ RULES: Mapping[int, Rule] = MappingProxyType({
                                  body_names="each consumer's group and its subscriptions' topics"),
     RequestCode.LOCK_BATCH_MQ: Rule(body=_lock_names, body_names="`consumerGroup` and each queue's topic"),
     RequestCode.UNLOCK_BATCH_MQ: Rule(body=_lock_names, body_names="`consumerGroup` and each queue's topic"),
+    RequestCode.QUERY_ASSIGNMENT: Rule(body=_assignment_names, body_names="`consumerGroup` and `topic`"),
     RequestCode.UNREGISTER_CLIENT: Rule(groups=("consumerGroup",)),
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: Rule(groups=("consumerGroup",)),
     RequestCode.GET_CONSUMER_CONNECTION_LIST: Rule(groups=("consumerGroup",)),
@@ -149,6 +158,7 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.TRANSFER_LEADERSHIP,
     25,   # UPDATE_BROKER_CONFIG (not served; refused here first)
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+    RequestCode.SET_MESSAGE_REQUEST_MODE,  # how every client of a group reads a topic
     215,  # DELETE_TOPIC_IN_BROKER (not served)
 })
 

@@ -22,7 +22,9 @@ from core.broker.queue_locks import QueueLocks
 from core.broker.replication import Replication
 from core.broker.request_names import request_name_problem
 from core.broker.schedule import ScheduleService
+from core.broker.request_modes import RequestModeTable
 from core.broker.subscription_groups import SubscriptionGroupTable
+from core.broker.topic_queues import TopicQueues
 from core.broker.topics import TopicConfig, TopicTable
 from core.broker.transaction_service import TransactionService
 from core.broker.write_path import WritePath
@@ -57,6 +59,8 @@ def _peer_ip(conn: Connection) -> str:
 class Broker:
     """One broker node: everything a request handler needs."""
 
+    topic_queues: TopicQueues  # set by the server, which has the name servers' client
+
     def __init__(self, node: BrokerNode, config: Config, store: MessageStore, hold: PullHold, root: Path,
                  replication: Replication, handlers: Mapping[int, Handler]) -> None:
         self.node = node
@@ -76,6 +80,7 @@ class Broker:
                                  default_queue_nums=self.settings.default_topic_queue_nums)
         self.offsets = ConsumerOffsets(root / "config" / "consumerOffsets.json")
         self.groups = SubscriptionGroupTable(root / "config" / "subscriptionGroup.json")
+        self.request_modes = RequestModeTable(root / "config" / "messageRequestMode.json")
         self.clients = ClientRegistry(ConsumerFilterTable(sql_enabled=self.settings.enable_property_filter))
         self.register_wanted = trio.Event()
         self.nursery: trio.Nursery | None = None

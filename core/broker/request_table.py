@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from core.broker import admin, client_requests, consumer_admin
+from core.broker import admin, assignments, client_requests, consumer_admin
 from core.broker.broker import Handler
 from core.broker.end_transaction import handle_end_transaction
 from core.broker.pop import acks, processor
@@ -35,6 +35,8 @@ HANDLERS: Mapping[int, Handler] = MappingProxyType({
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_subscription_groups,
     RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
+    RequestCode.QUERY_ASSIGNMENT: assignments.query_assignment,
+    RequestCode.SET_MESSAGE_REQUEST_MODE: assignments.set_message_request_mode,
     RequestCode.LOCK_BATCH_MQ: client_requests.lock_batch,
     RequestCode.UNLOCK_BATCH_MQ: client_requests.unlock_batch,
     RequestCode.HEART_BEAT: client_requests.heartbeat,

@@ -17,6 +17,7 @@ from core.broker.slave_sync import slave_sync_loop
 from core.config import BrokerNode, Config
 from core.errors import ConfigError
 from core.plugin_manager import PluginHost
+from core.broker.topic_queues import TopicQueues
 from core.remoting.client import RemotingClient, open_remoting_client, split_address
 from core.remoting.server import serve_remoting
 from core.store.message_store import open_message_store
@@ -45,6 +46,7 @@ async def serve_broker(
                 raise ConfigError(f"no plugin provides replication.mode = {config.replication.mode!r} "
                                   f"(installed plugins: {', '.join(plugins.names)})")
             broker = Broker(node, config, store, hold, root, replication, HANDLERS)
+            broker.topic_queues = TopicQueues(client, config.namesrv_addresses)
             host, port = split_address(node.listen)
             served = False
             try:

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 WRITES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
                     RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION, RequestCode.RECALL_MESSAGE,
                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                    RequestCode.SET_MESSAGE_REQUEST_MODE,
                     # POP writes checkpoints and acks, and reads the master's offsets
                     RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE,
                     RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.NOTIFICATION})

@@ -57,6 +57,8 @@ class RequestCode(enum.IntEnum):
     NOTIFICATION = 200054
     BATCH_ACK_MESSAGE = 200151
     RECALL_MESSAGE = 370
+    QUERY_ASSIGNMENT = 400
+    SET_MESSAGE_REQUEST_MODE = 401
     # mqctl's own (RocketMQ 4.x has no broker request for it): hand a raft group's leadership to
     # the member named in extFields "target"; answered at once, the election follows within a lease
     TRANSFER_LEADERSHIP = 60001

@@ -37,6 +37,8 @@ BODIES = {
         {"topic": TOPIC, "brokerName": "broker-a", "queueId": 0}]},
     RequestCode.UNLOCK_BATCH_MQ: {"consumerGroup": GROUP, "clientId": "c", "mqSet": [
         {"topic": TOPIC, "brokerName": "broker-a", "queueId": 0}]},
+    RequestCode.QUERY_ASSIGNMENT: {"topic": TOPIC, "consumerGroup": GROUP, "clientId": "c", "strategyName": "AVG",
+                                   "messageModel": "CLUSTERING"},
     RequestCode.BATCH_ACK_MESSAGE: {"brokerName": "broker-a", "acks": [
         {"c": GROUP, "t": TOPIC, "r": "0", "so": 0, "q": 0, "rq": 0, "pt": 1, "it": 1, "b": "AQ=="}]},
 }
