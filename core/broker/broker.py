@@ -20,9 +20,9 @@ from core.broker.offsets import ConsumerOffsets
 from core.broker.pop.order import OrderBook
 from core.broker.queue_locks import QueueLocks
 from core.broker.replication import Replication
+from core.broker.request_modes import RequestModeTable
 from core.broker.request_names import request_name_problem
 from core.broker.schedule import ScheduleService
-from core.broker.request_modes import RequestModeTable
 from core.broker.subscription_groups import SubscriptionGroupTable
 from core.broker.topic_queues import TopicQueues
 from core.broker.topics import TopicConfig, TopicTable

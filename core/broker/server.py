@@ -14,10 +14,10 @@ from core.broker.pop.revive import make_pop_ready, revive_loop
 from core.broker.registration import registration_loop, unregister_all
 from core.broker.request_table import HANDLERS
 from core.broker.slave_sync import slave_sync_loop
+from core.broker.topic_queues import TopicQueues
 from core.config import BrokerNode, Config
 from core.errors import ConfigError
 from core.plugin_manager import PluginHost
-from core.broker.topic_queues import TopicQueues
 from core.remoting.client import RemotingClient, open_remoting_client, split_address
 from core.remoting.server import serve_remoting
 from core.store.message_store import open_message_store

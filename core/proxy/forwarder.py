@@ -55,7 +55,7 @@ EVERY_MEMBER = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT}
 ROUTING = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO})
 
 # requests a broker may hold (long polling): the field naming for how long, and its default
-LONG_POLLS = {RequestCode.PULL_MESSAGE: ("suspendTimeoutMillis", 15_000), RequestCode.POP_MESSAGE: ("pollTime", 0),
+LONG_POLLS: dict[int, tuple[str, int]] = {RequestCode.PULL_MESSAGE: ("suspendTimeoutMillis", 15_000), RequestCode.POP_MESSAGE: ("pollTime", 0),
               RequestCode.NOTIFICATION: ("pollTime", 0)}
 REQUEST_TIMEOUT_S = 5.0
 PULL_EXTRA_S = 5.0  # beyond a long poll's suspend time

@@ -1,8 +1,9 @@
-"""``mqctl group set | list | delete``: consumer groups declared on the brokers (RocketMQ's
+"""``mqctl group set | list | delete | mode``: consumer groups declared on the brokers (RocketMQ's
 subscription groups, ``mqadmin updateSubGroup``). ``--orderly`` is RocketMQ's
 consumeMessageOrderly: the proxy's gRPC door hands a 5.x group declared so its messages in order
-(a FIFO consumer group). A declaration goes to every member of every broker group, so a slave or
-a raft follower that takes over knows it too."""
+(a FIFO consumer group). ``mode`` is ``mqadmin setConsumeMode``: whether a group's clients that
+let the broker balance their queues (QUERY_ASSIGNMENT) read a topic by PULL or by POP. Each goes
+to every member of every broker group, so a slave or a raft follower that takes over knows it too."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ from core.config import Config
 from core.errors import RemotingError
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
-from core.topic_names import group_problem
+from core.topic_names import group_problem, topic_problem
 from mqctl.common import probe
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput
 from mqctl.common.output import print_rows
 
-group_app = typer.Typer(help="Consumer groups declared on the brokers: set, list, delete.", no_args_is_help=True)
+group_app = typer.Typer(help="Consumer groups declared on the brokers: set, list, delete, mode.",
+                        no_args_is_help=True)
 
 
 def _members(config: Config) -> list[tuple[str, str, str]]:
@@ -100,3 +102,27 @@ def delete_group(ctx: typer.Context, group: Annotated[str, typer.Argument(help="
     print_rows(rows, ("broker", "id", "address", "result"), as_json=as_json)
     if not any(r["result"] == "ok" for r in rows):
         raise CliError(f"no broker took the deletion of {group}")
+
+
+@group_app.command("mode")
+def set_mode(
+    ctx: typer.Context,
+    group: Annotated[str, typer.Argument(help="Consumer group.")],
+    topic: Annotated[str, typer.Argument(help="The topic the group reads.")],
+    pop: Annotated[bool, typer.Option("--pop/--pull", help="Read by POP, or by PULL (the default).")] = False,
+    pop_share: Annotated[int, typer.Option(min=-1, max=1000, help=(
+        "With --pop: how many of the next clients' queues each client also POPs (0 or less: every "
+        "client POPs every queue)."))] = -1,
+    as_json: JsonOutput = False,
+) -> None:
+    """Set how a group's clients read a topic when the brokers balance its queues."""
+    for kind, name, problem in (("group", group, group_problem(group)), ("topic", topic, topic_problem(topic))):
+        if problem:
+            raise CliError(f"{kind} {name!r}: {problem}")
+    config = load(ctx)
+    body = orjson.dumps({"topic": topic, "consumerGroup": group, "mode": "POP" if pop else "PULL",
+                         "popShareQueueNum": pop_share})
+    rows = _to_every_member(config, RemotingCommand(code=RequestCode.SET_MESSAGE_REQUEST_MODE, body=body))
+    print_rows(rows, ("broker", "id", "address", "result"), as_json=as_json)
+    if not any(r["result"] == "ok" for r in rows):
+        raise CliError(f"no broker took the mode of {group} on {topic}")

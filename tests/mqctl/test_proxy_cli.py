@@ -1,5 +1,6 @@
 """A proxy node run by mqctl: started, shown and stopped like the others; mqctl's own send and
-tail through it; a transaction's check-back relayed to the producer connected through it."""
+tail through it; a transaction's check-back relayed to the producer connected through it; POP,
+ack and QUERY_ASSIGNMENT through a door."""
 
 from __future__ import annotations
 
@@ -115,6 +116,21 @@ def test_pop_and_ack_go_through_a_door_to_the_master(proxied: Cluster) -> None:
                                 "consumerGroup": "PG", "topic": "PopProxied", "queueId": str(rec.queue_id),
                                 "extraInfo": handle, "offset": str(rec.queue_offset)}))
                             popped.append(acked.code)
+            # a 5.x Java POP consumer's rebalance asks the broker, through the door, for its queues
+            beat = {"clientID": "p1", "consumerDataSet": [{"groupName": "PG", "consumeType": "CONSUME_POP",
+                    "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": [{"topic": "PopProxied", "subString": "*", "subVersion": 1}]}]}
+            assert (await client.invoke(door, RemotingCommand(code=RequestCode.HEART_BEAT,
+                                                              body=json.dumps(beat).encode()))).code == 0
+            moded = proxied.mqctl("group", "mode", "PG", "PopProxied", "--pop", "--pop-share", "0")
+            assert moded.returncode == 0, moded.stderr
+            asked = await client.invoke(door, RemotingCommand(code=RequestCode.QUERY_ASSIGNMENT, body=json.dumps({
+                "topic": "PopProxied", "consumerGroup": "PG", "clientId": "p1", "strategyName": "AVG",
+                "messageModel": "CLUSTERING"}).encode()))
+            assert asked.code == ResponseCode.SUCCESS, asked.remark
+            assigned = json.loads(asked.body)["messageQueueAssignments"]
+            assert [(a["messageQueue"]["brokerName"], a["messageQueue"]["queueId"], a["mode"]) for a in assigned] == [
+                ("broker-a", -1, "POP")]  # set with mqctl: every client POPs the whole group
             return popped
 
     assert trio.run(run) == [ResponseCode.SUCCESS] * 2
