@@ -124,11 +124,14 @@ class Forwarder:
             return answer
 
     def relay(self, request: RemotingCommand, session: ClientSession, group: str,
-              answer: Callable[[RemotingCommand | None], None]) -> bool:
+              answer: Callable[[RemotingCommand | None], None],
+              answer_frame: Callable[[RemotingCommand], None] | None = None) -> bool:
         """:meth:`write` without a task, event or re-read for the common case: the group's master
         is known, the session has a connection to it, and the answer goes back as it came. Sends
         ``request`` now and hands its answer to ``answer``; a failure continues as :meth:`write`
-        does, in a task. False: not relayable, use :meth:`write`."""
+        does, in a task. With ``answer_frame``, and a session that passes frames, the request's
+        frame goes up as it came (its opaque kept, when free upstream) and the answer's frame
+        comes down as it came: nothing is encoded again. False: not relayable, use :meth:`write`."""
         if request.code not in RELAYED or request.flag & FLAG_ONEWAY:
             return False
         master = self.view.master(group)
@@ -137,6 +140,16 @@ class Forwarder:
             return False
         assert master is not None
         deadline = trio.current_time() + (self._failover_wait_s if self._elects else 0.0)
+        timeout_s = self._timeout(request, deadline)
+
+        def passed(outcome: Outcome) -> None:
+            if isinstance(outcome, RemotingCommand) and outcome.frame and not (
+                    outcome.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in RESENDABLE
+                    and trio.current_time() < deadline):
+                assert answer_frame is not None
+                answer_frame(outcome)
+            else:
+                settled(outcome)
 
         def settled(outcome: Outcome) -> None:
             if isinstance(outcome, RemotingCommand) and not (
@@ -147,8 +160,10 @@ class Forwarder:
                 self._nursery.start_soon(self._write_after, request, session, group, master, outcome, deadline,
                                          answer)
 
+        if answer_frame is not None and session.passes_frames and upstream.pass_then(request, timeout_s, passed):
+            return True
         try:
-            upstream.request_then(session.outgoing(request), self._timeout(request, deadline), settled)
+            upstream.request_then(session.outgoing(request), timeout_s, settled)
         except RemotingError:
             return False
         return True

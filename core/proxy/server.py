@@ -59,7 +59,7 @@ async def serve_proxy(
             got = await nursery.start(lambda task_status, group=group, host=host, port=port: serve_remoting(
                 front.listener(group), host, port, plugins=plugins, on_close=front.connection_closed,
                 frame_size_max=config.broker.frame_size_bytes_max, limits=config.broker.limits,
-                task_status=task_status))
+                keep_frames=True, task_status=task_status))
             bound = bound or got
             log.info("proxy %s: %s on %s:%d", node.name, f"door of {group}" if group else "routes", host, got)
         task_status.started(bound)

@@ -49,6 +49,7 @@ class RemotingClient:
         self._plugins = plugins
         self._frame_size_max = frame_size_max
         self._connect_timeout_s = connect_timeout_s
+        self.keep_frames = False  # connections' commands carry their frames (the proxy passes them on)
         self._connections: dict[str, Connection] = {}
         self._locks: dict[str, trio.Lock] = {}
 
@@ -67,8 +68,8 @@ class RemotingClient:
                     stream = await trio.open_tcp_stream(host, port, local_address=_source_host)
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
-            conn = Connection(stream, self._processor, remote=address,
-                              frame_size_max=self._frame_size_max, plugins=self._plugins)
+            conn = Connection(stream, self._processor, remote=address, frame_size_max=self._frame_size_max,
+                              plugins=self._plugins, keep_frames=self.keep_frames)
             await self._nursery.start(conn.run)
             self._connections[address] = conn
             return conn

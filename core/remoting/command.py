@@ -66,6 +66,8 @@ class RemotingCommand:
     language: str = "PYTHON"
     version: int = VERSION
     serialize_type: int = SerializeType.JSON
+    # the whole frame as it arrived, when the decoder keeps frames (the proxy passes them on)
+    frame: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def is_response(self) -> bool:
@@ -217,8 +219,9 @@ class FrameDecoder:
     """Turns a byte stream into commands. Holds at most one partial frame (bounded by
     ``frame_size_max``)."""
 
-    def __init__(self, frame_size_max: int = FRAME_SIZE_MAX_DEFAULT) -> None:
+    def __init__(self, frame_size_max: int = FRAME_SIZE_MAX_DEFAULT, *, keep_frames: bool = False) -> None:
         self.frame_size_max = frame_size_max
+        self.keep_frames = keep_frames  # each command also carries its frame's bytes
         self._buf = bytearray()
 
     @property
@@ -259,6 +262,8 @@ class FrameDecoder:
                 out.append(exc)
             else:
                 cmd.body = bytes(buf[start + header_len : pos + 4 + length])
+                if self.keep_frames:
+                    cmd.frame = bytes(buf[pos : pos + 4 + length])
                 out.append(cmd)
             pos += 4 + length
         if pos:

@@ -42,6 +42,7 @@ OUT_BUFFER_BYTES_MAX = 4 * 1024 * 1024  # queued outgoing bytes before senders w
 SWEEP_S = 0.05  # how often request deadlines are checked
 
 PENDING_MAX = 65536
+OWN_OPAQUES_FROM = 1 << 30
 
 
 
@@ -88,7 +89,9 @@ class ConnectionStatistics:
 
 
 def request_bytes(cmd: RemotingCommand) -> int:
-    """About what a request occupies: its body and its header fields."""
+    """About what a request occupies: its frame when kept, else its body and header fields."""
+    if cmd.frame:
+        return len(cmd.frame)
     ext = cmd.ext_fields
     return len(cmd.body) + sum(map(len, ext)) + sum(map(len, ext.values()))
 
@@ -137,8 +140,10 @@ class Connection:
         limits: ConnectionLimits = DEFAULT_LIMITS,
         large_frames: ByteBudget | None = None,
         plugins: RpcHooks | None = None,
+        keep_frames: bool = False,
     ) -> None:
         self.stream = stream
+        self.keep_frames = keep_frames  # commands read carry their frames (RemotingCommand.frame)
         self.processor = processor
         self.remote = remote
         self.frame_size_max = frame_size_max
@@ -155,7 +160,9 @@ class Connection:
         self._room_lot = trio.lowlevel.ParkingLot()  # senders wait here for buffer room
         self._pending: dict[int, _Pending | _Callback] = {}
         self._deadlines: list[tuple[float, int]] = []
-        self._opaques = itertools.count(1)
+        # a connection that passes its peers' frames on takes its own opaques far from theirs
+        # (clients count from 0), so that one it takes does not push theirs to copies after it
+        self._opaques = itertools.count(OWN_OPAQUES_FROM if keep_frames else 1)
         self._inflight = 0
         self._inflight_bytes = 0
         self._nursery: trio.Nursery | None = None
@@ -200,7 +207,7 @@ class Connection:
     # ------------------------------------------------------------------ reading
 
     async def _reader(self) -> None:
-        decoder = FrameDecoder(self.frame_size_max)
+        decoder = FrameDecoder(self.frame_size_max, keep_frames=self.keep_frames)
         reserved = 0  # of the node's large-frame budget, for the frame being received
         deadline = math.inf  # by when that frame must be complete
         try:
@@ -343,6 +350,21 @@ class Connection:
             self.plugins.rpc_after_response(self, request, response)
         self._queue_frame(response)
 
+    def answer_frame(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        """:meth:`answer` with ``response``'s frame as it arrived (its opaque is already the
+        request's): nothing encoded again."""
+        self._inflight -= 1
+        self._inflight_bytes -= request_bytes(request)
+        if request.flag & FLAG_ONEWAY or self.closed.is_set():
+            return
+        if self._rpc_hooks:
+            assert self.plugins is not None
+            self.plugins.rpc_after_response(self, request, response)
+        self._out += response.frame
+        self._out_frames += 1
+        if self._writer_lot:
+            self._writer_lot.unpark()
+
     # ------------------------------------------------------------------ writing
 
     def _queue_frame(self, cmd: RemotingCommand) -> None:
@@ -396,7 +418,7 @@ class Connection:
             raise ConnectionClosedError(f"connection to {self.remote} is closed")
         if len(self._pending) >= PENDING_MAX:
             raise RemotingError(f"{PENDING_MAX} requests already pending on {self.remote}")
-        cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
+        cmd.opaque = opaque = self._next_opaque()
         cmd.flag &= ~1
         deadline = trio.current_time() + timeout_s
         pending = _Pending(deadline)
@@ -426,11 +448,36 @@ class Connection:
         if self._rpc_hooks:
             assert self.plugins is not None
             then = self._hooked(cmd, then, self.plugins)
-        cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
+        cmd.opaque = opaque = self._next_opaque()
         cmd.flag &= ~1
         self._pending[opaque] = _Callback(then, cmd.code)
         heapq.heappush(self._deadlines, (trio.current_time() + timeout_s, opaque))
         self._queue_frame(cmd)
+
+    def pass_then(self, request: RemotingCommand, timeout_s: float, then: Callable[[Outcome], None]) -> bool:
+        """Send ``request``'s frame (:attr:`RemotingCommand.frame`) as it arrived, its opaque
+        kept, and call ``then`` as :meth:`request_then` does. False, and nothing sent, when its
+        opaque is pending here already: the caller sends a copy with an opaque of this side's."""
+        opaque = request.opaque
+        if opaque in self._pending or not request.frame or self.closed.is_set() or len(self._pending) >= PENDING_MAX:
+            return False
+        if self._rpc_hooks:
+            assert self.plugins is not None
+            then = self._hooked(request, then, self.plugins)
+        self._pending[opaque] = _Callback(then, request.code)
+        heapq.heappush(self._deadlines, (trio.current_time() + timeout_s, opaque))
+        self._out += request.frame
+        self._out_frames += 1
+        if self._writer_lot:
+            self._writer_lot.unpark()
+        return True
+
+    def _next_opaque(self) -> int:
+        """An opaque no pending request has (one passed through may hold any)."""
+        opaque = next(self._opaques) & 0x7FFFFFFF
+        while opaque in self._pending:
+            opaque = next(self._opaques) & 0x7FFFFFFF
+        return opaque
 
     def _hooked(self, cmd: RemotingCommand, then: Callable[[Outcome], None],
                 plugins: RpcHooks) -> Callable[[Outcome], None]:
@@ -442,6 +489,6 @@ class Connection:
 
     async def oneway(self, cmd: RemotingCommand) -> None:
         """Send ``cmd`` expecting no response."""
-        cmd.opaque = next(self._opaques) & 0x7FFFFFFF
+        cmd.opaque = self._next_opaque()
         cmd.flag |= FLAG_ONEWAY
         await self._send_frame(cmd)

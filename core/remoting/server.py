@@ -25,10 +25,12 @@ async def serve_remoting(
     plugins: RpcHooks | None = None,
     on_close: Callable[[Connection], None] | None = None,
     limits: ConnectionLimits = DEFAULT_LIMITS,
+    keep_frames: bool = False,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``processor`` on ``host:port`` until cancelled; reports the bound port. Connections
-    beyond ``limits.connections_max`` are closed as they arrive."""
+    beyond ``limits.connections_max`` are closed as they arrive. ``keep_frames``: each request
+    also carries its frame as it arrived (the proxy passes frames on)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     large_frames = ByteBudget(limits.large_frames_bytes_max)
@@ -53,7 +55,7 @@ async def serve_remoting(
             return
         open_count += 1
         conn = Connection(stream, processor, remote=remote, frame_size_max=frame_size_max,
-                          limits=limits, large_frames=large_frames, plugins=plugins)
+                          limits=limits, large_frames=large_frames, plugins=plugins, keep_frames=keep_frames)
         try:
             await conn.run()
         finally:

@@ -134,6 +134,65 @@ async def test_answers_given_later_from_callbacks_count_in_flight_and_report_tim
         assert answers["never"].remark == "ConnectionClosedError"
 
 
+class PassingProcessor:
+    """Passes each request's frame up as it came and its answer's frame down as it came."""
+
+    def __init__(self, upstream) -> None:
+        self.upstream = upstream
+        self.copied = 0  # requests whose opaque was taken upstream: sent as copies
+
+    def process(self, request, conn):
+        def passed(outcome):  # the answer's frame carries the client's own opaque
+            conn.answer_frame(request, outcome)
+
+        def copied(outcome):  # the answer is to this side's opaque: answered with a new frame
+            conn.answer(request, request.reply(ResponseCode.SUCCESS, body=outcome.body))
+
+        if not self.upstream.pass_then(request, 5, passed):
+            self.copied += 1
+            self.upstream.request_then(RemotingCommand(code=request.code, body=request.body), 5, copied)
+        return ANSWER_LATER
+
+
+async def test_frames_pass_through_with_their_opaques_and_a_taken_opaque_goes_as_a_copy(nursery):
+    _, echo_addr = await start(nursery)
+    async with open_remoting_client() as upstream_client, open_remoting_client() as client:
+        upstream_client.keep_frames = True
+        upstream = await upstream_client.connection(echo_addr)
+        passing, addr = await start(nursery, PassingProcessor(upstream), keep_frames=True)
+        answers = {}
+
+        async def call(n):
+            answers[n] = await client.invoke(addr, RemotingCommand(code=ECHO, body=str(n).encode()), timeout_s=5)
+
+        async with trio.open_nursery() as inner:
+            for n in range(50):
+                inner.start_soon(call, n)
+        assert {n: a.body for n, a in answers.items()} == {n: str(n).encode() for n in range(50)}
+        assert passing.copied == 0  # every frame went up as it came
+        # a request of the relay's own holds an opaque upstream; a client frame with that opaque
+        # goes as a copy, and its answer still comes back under the client's opaque
+        mine = RemotingCommand(code=NEVER)
+
+        async def held() -> None:
+            with pytest.raises(RemotingError):  # closed at the end of the test
+                await upstream.request(mine, 30)
+
+        nursery.start_soon(held)
+        with trio.fail_after(5):
+            while upstream.statistics().pending_requests == 0:
+                await trio.sleep(0.001)
+        stream = await trio.open_tcp_stream("127.0.0.1", int(addr.split(":")[1]))
+        await stream.send_all(encode_frame(RemotingCommand(code=ECHO, opaque=mine.opaque, body=b"as sent")))
+        decoder, got = FrameDecoder(), []
+        with trio.fail_after(5):
+            while not got:
+                got = decoder.feed(await stream.receive_some(1 << 16))
+        assert (got[0].opaque, got[0].body, passing.copied) == (mine.opaque, b"as sent", 1)
+        await stream.aclose()
+        upstream.close()
+
+
 async def test_oneway_requests_get_no_response(nursery):
     processor, addr = await start(nursery)
     async with open_remoting_client() as client:

@@ -60,7 +60,7 @@ class RemotingDoor:
     def _session(self, conn: Connection) -> ClientSession:
         session = conn.attributes.get("proxy_session")
         if not isinstance(session, ClientSession):
-            session = conn.attributes["proxy_session"] = ClientSession(self._nursery, RelayDown(conn))
+            session = conn.attributes["proxy_session"] = ClientSession(self._nursery, RelayDown(conn), passes_frames=True)
             self.sessions += 1
         return session
 
@@ -95,7 +95,8 @@ class RemotingDoor:
         if request.code in EVERY_MEMBER:
             return self.forwarder.to_every_member(request, session, group)
         if request.code in WRITES:
-            if self.forwarder.relay(request, session, group, partial(conn.answer, request)):
+            if self.forwarder.relay(request, session, group, partial(conn.answer, request),
+                                    partial(conn.answer_frame, request)):
                 return ANSWER_LATER
             return self.forwarder.write(request, session, group)
         return self.forwarder.read(request, session, group)
