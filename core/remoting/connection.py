@@ -18,6 +18,7 @@ import itertools
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -96,6 +97,17 @@ def request_bytes(cmd: RemotingCommand) -> int:
     return len(cmd.body) + sum(map(len, ext)) + sum(map(len, ext.values()))
 
 
+class _Touched(list["Connection"]):
+    """Connections a reader queued frames on while it handled what one read completed: it
+    writes them itself afterwards, so no writer task is woken for them (the proxy's relay)."""
+
+    open = False
+
+
+# the reader task's list (the task that queues is a reader only while its list is open)
+_TOUCHED: ContextVar[_Touched | None] = ContextVar("_TOUCHED", default=None)
+
+
 class _Pending:
     __slots__ = ("event", "response", "deadline")
 
@@ -157,6 +169,7 @@ class Connection:
         self._out_frames = 0
         self._out_max = out_buffer_max
         self._writer_lot = trio.lowlevel.ParkingLot()  # the writer waits here for frames
+        self._writing = False  # a send_all is in progress (the writer's, or a reader's flush)
         self._room_lot = trio.lowlevel.ParkingLot()  # senders wait here for buffer room
         self._pending: dict[int, _Pending | _Callback] = {}
         self._deadlines: list[tuple[float, int]] = []
@@ -208,6 +221,8 @@ class Connection:
 
     async def _reader(self) -> None:
         decoder = FrameDecoder(self.frame_size_max, keep_frames=self.keep_frames)
+        touched = _Touched()
+        _TOUCHED.set(touched)
         reserved = 0  # of the node's large-frame budget, for the frame being received
         deadline = math.inf  # by when that frame must be complete
         try:
@@ -246,7 +261,14 @@ class Connection:
                             return
                         if wanted:
                             reserved, deadline = wanted, trio.current_time() + self.limits.large_frame_s
-                if not await self._handle(items):
+                touched.open = True
+                try:
+                    handled = await self._handle(items)
+                finally:
+                    touched.open = False
+                while touched:
+                    await touched.pop().flush()
+                if not handled:
                     return
         finally:
             if self.large_frames is not None:
@@ -360,12 +382,45 @@ class Connection:
         if self._rpc_hooks:
             assert self.plugins is not None
             self.plugins.rpc_after_response(self, request, response)
-        self._out += response.frame
-        self._out_frames += 1
-        if self._writer_lot:
-            self._writer_lot.unpark()
+        self._queue_relayed(response.frame)
 
     # ------------------------------------------------------------------ writing
+
+    def _queue_relayed(self, frame: bytes | bytearray) -> None:
+        """Queue a relayed frame: written by the reader that relays it once it has handled its
+        read (several frames in one write), else by the writer."""
+        self._out += frame
+        self._out_frames += 1
+        touched = _TOUCHED.get()
+        if touched is not None and touched.open:
+            if self not in touched:
+                touched.append(self)
+        elif self._writer_lot:
+            self._writer_lot.unpark()
+
+    async def flush(self) -> None:
+        """Write what is queued from the calling task, unless a write is in progress (the
+        writer then takes it)."""
+        if not self._out:
+            return
+        if self._writing:
+            if self._writer_lot:
+                self._writer_lot.unpark()
+            return
+        data, frames = self._out, self._out_frames
+        self._out, self._out_frames = bytearray(), 0
+        self._writing = True
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
+            self.close()
+            return
+        finally:
+            self._writing = False
+        self._frames_sent += frames
+        self._sends += 1
+        if self._out and self._writer_lot:  # queued while this write went on
+            self._writer_lot.unpark()
 
     def _queue_frame(self, cmd: RemotingCommand) -> None:
         """Queue ``cmd`` for the writer without waiting for buffer room: for answers and relayed
@@ -386,11 +441,15 @@ class Connection:
     async def _writer(self) -> None:
         try:
             while True:
-                while not self._out:
+                while not self._out or self._writing:
                     await self._writer_lot.park()
                 data, frames = self._out, self._out_frames
                 self._out, self._out_frames = bytearray(), 0
-                await self.stream.send_all(data)
+                self._writing = True
+                try:
+                    await self.stream.send_all(data)
+                finally:
+                    self._writing = False
                 self._frames_sent += frames
                 self._sends += 1
                 if self._room_lot:
@@ -466,10 +525,7 @@ class Connection:
             then = self._hooked(request, then, self.plugins)
         self._pending[opaque] = _Callback(then, request.code)
         heapq.heappush(self._deadlines, (trio.current_time() + timeout_s, opaque))
-        self._out += request.frame
-        self._out_frames += 1
-        if self._writer_lot:
-            self._writer_lot.unpark()
+        self._queue_relayed(request.frame)
         return True
 
     def _next_opaque(self) -> int:
