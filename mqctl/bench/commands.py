@@ -29,6 +29,7 @@ from mqctl.bench import filters as bench_filters
 from mqctl.bench.analyze import bench_analyze
 from mqctl.bench.clusters import SETUPS
 from mqctl.bench.failover import bench_failover
+from mqctl.bench.grpc_floor import bench_grpc_floor
 from mqctl.bench.proxy_overhead import compare_through_proxy
 from mqctl.bench.rmq5 import bench_grpc
 from mqctl.bench.runs import machine, run_workers
@@ -46,6 +47,7 @@ bench_app = typer.Typer(help="Benchmarks (results belong in docs/benchmarks.md).
 bench_app.command("failover")(bench_failover)
 bench_app.command("analyze")(bench_analyze)
 bench_app.command("grpc")(bench_grpc)
+bench_app.command("grpc-floor")(bench_grpc_floor)
 
 ASYNC_TARGET_RATIO = 0.5
 SELECTION_TARGET_RATIO = 0.95  # latency fault tolerance may cost at most 5% when nothing fails

@@ -299,3 +299,16 @@ def test_bench_grpc_measures_both_paths_and_every_process(cluster):
         assert result[path]["msgs_per_s"] > 0
         assert {"broker-a-0", "proxy1", "clients"} <= set(result[path]["cpu_us_per_msg"])
         assert all(round(result[path][p], 2) == result[path][p] for p in ("p50_ms", "p99_ms"))  # no 82.08500000000001
+
+
+def test_bench_grpc_floor_measures_the_door_alone_with_the_official_client(tmp_path, subprocess_env):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mqctl", "bench", "grpc-floor", "--messages", "200", "--rounds", "1",
+                           "--json"], capture_output=True, text=True, timeout=180, env=subprocess_env, cwd=tmp_path,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["msgs_per_s"] > 0 and result["door_us_per_call"] > 0
+    assert result["rounds"][0]["door_us_per_call"] == result["door_us_per_call"]
