@@ -18,7 +18,6 @@ import itertools
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +34,18 @@ from core.remoting.command import (
     encode_frame,
 )
 from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
+from core.remoting.pending import (
+    ANSWER_LATER,
+    TOUCHED,
+    AnswerLater,
+    Callback,
+    Outcome,
+    Touched,
+    Waiting,
+    request_bytes,
+)
+
+__all__ = ["ANSWER_LATER", "Connection", "Outcome", "Processor", "Reply", "RpcHooks", "request_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +58,9 @@ OWN_OPAQUES_FROM = 1 << 30
 
 
 
-
-class AnswerLater:
-    """What a processor returns when it answers through :meth:`Connection.answer` itself."""
-
-    __slots__ = ()
-
-
-ANSWER_LATER = AnswerLater()
-
 # What a processor returns: a response now, one later (an awaitable, or ANSWER_LATER), or
 # nothing (oneway).
 Reply = RemotingCommand | Awaitable[RemotingCommand | None] | AnswerLater | None
-# What a request sent with a callback gets: its response, or why there is none.
-Outcome = RemotingCommand | RemotingError
-
-
 class Processor(Protocol):
     """Handles the requests arriving on connections."""
 
@@ -87,55 +85,6 @@ class ConnectionStatistics:
     inflight: int = 0
     pending_requests: int = 0
     queued_frames: int = 0
-
-
-def request_bytes(cmd: RemotingCommand) -> int:
-    """About what a request occupies: its frame when kept, else its body and header fields."""
-    if cmd.frame:
-        return len(cmd.frame)
-    ext = cmd.ext_fields
-    return len(cmd.body) + sum(map(len, ext)) + sum(map(len, ext.values()))
-
-
-class _Touched(list["Connection"]):
-    """Connections a reader queued frames on while it handled what one read completed: it
-    writes them itself afterwards, so no writer task is woken for them (the proxy's relay)."""
-
-    open = False
-
-
-# the reader task's list (the task that queues is a reader only while its list is open)
-_TOUCHED: ContextVar[_Touched | None] = ContextVar("_TOUCHED", default=None)
-
-
-class _Pending:
-    __slots__ = ("event", "response", "deadline")
-
-    def __init__(self, deadline: float) -> None:
-        self.event = trio.Event()
-        self.response: RemotingCommand | None = None
-        self.deadline = deadline
-
-    def settle(self, outcome: Outcome) -> None:
-        if isinstance(outcome, RemotingCommand):
-            self.response = outcome
-        self.event.set()  # no response: request() says why
-
-
-class _Callback:
-    """A pending request answered by calling ``then`` (from the reader, the sweeper or close)."""
-
-    __slots__ = ("then", "code")
-
-    def __init__(self, then: Callable[[Outcome], None], code: int) -> None:
-        self.then = then
-        self.code = code
-
-    def settle(self, outcome: Outcome) -> None:
-        try:
-            self.then(outcome)
-        except Exception:  # a callback's bug must not take the connection down
-            log.exception("the callback of request %d failed", self.code)
 
 
 class Connection:
@@ -171,7 +120,7 @@ class Connection:
         self._writer_lot = trio.lowlevel.ParkingLot()  # the writer waits here for frames
         self._writing = False  # a send_all is in progress (the writer's, or a reader's flush)
         self._room_lot = trio.lowlevel.ParkingLot()  # senders wait here for buffer room
-        self._pending: dict[int, _Pending | _Callback] = {}
+        self._pending: dict[int, Waiting | Callback] = {}
         self._deadlines: list[tuple[float, int]] = []
         # a connection that passes its peers' frames on takes its own opaques far from theirs
         # (clients count from 0), so that one it takes does not push theirs to copies after it
@@ -221,8 +170,8 @@ class Connection:
 
     async def _reader(self) -> None:
         decoder = FrameDecoder(self.frame_size_max, keep_frames=self.keep_frames)
-        touched = _Touched()
-        _TOUCHED.set(touched)
+        touched = Touched()
+        TOUCHED.set(touched)
         reserved = 0  # of the node's large-frame budget, for the frame being received
         deadline = math.inf  # by when that frame must be complete
         try:
@@ -391,7 +340,7 @@ class Connection:
         read (several frames in one write), else by the writer."""
         self._out += frame
         self._out_frames += 1
-        touched = _TOUCHED.get()
+        touched = TOUCHED.get()
         if touched is not None and touched.open:
             if self not in touched:
                 touched.append(self)
@@ -480,7 +429,7 @@ class Connection:
         cmd.opaque = opaque = self._next_opaque()
         cmd.flag &= ~1
         deadline = trio.current_time() + timeout_s
-        pending = _Pending(deadline)
+        pending = Waiting(deadline)
         self._pending[opaque] = pending
         heapq.heappush(self._deadlines, (deadline, opaque))
         try:
@@ -509,7 +458,7 @@ class Connection:
             then = self._hooked(cmd, then, self.plugins)
         cmd.opaque = opaque = self._next_opaque()
         cmd.flag &= ~1
-        self._pending[opaque] = _Callback(then, cmd.code)
+        self._pending[opaque] = Callback(then, cmd.code)
         heapq.heappush(self._deadlines, (trio.current_time() + timeout_s, opaque))
         self._queue_frame(cmd)
 
@@ -523,7 +472,7 @@ class Connection:
         if self._rpc_hooks:
             assert self.plugins is not None
             then = self._hooked(request, then, self.plugins)
-        self._pending[opaque] = _Callback(then, request.code)
+        self._pending[opaque] = Callback(then, request.code)
         heapq.heappush(self._deadlines, (trio.current_time() + timeout_s, opaque))
         self._queue_relayed(request.frame)
         return True
