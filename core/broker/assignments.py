@@ -16,7 +16,8 @@ SET_MESSAGE_REQUEST_MODE  {"topic", "consumerGroup", "mode": "PULL" | "POP", "po
 The queues are the topic's readable ones across the cluster, from the name servers
 (core/broker/topic_queues.py); the clients are those with a heartbeat for the group here. Clustering:
 - PULL: the strategy's share of the sorted queues for this client among the sorted client ids;
-- POP, ``popShareQueueNum`` <= 0: every client POPs every broker group whole (queue id -1);
+- POP, ``popShareQueueNum`` <= 0, or at least the other clients' count: every client POPs every
+  broker group whole (queue id -1);
 - POP, N > 0: the client's own share and the shares of the N clients after it (so each queue is
   POPed by N + 1 clients); with more clients than queues, one queue each, round the list.
 Broadcasting: every queue, to every client.
@@ -75,7 +76,7 @@ def assign(mode: RequestMode, strategy: str, model: str, client: str, queues: li
         return queues
     if mode.mode != "POP":
         return allocate(strategy, client, queues, clients)
-    if mode.pop_share <= 0:
+    if mode.pop_share <= 0 or mode.pop_share >= len(clients) - 1:  # each client would read every queue
         return sorted({MessageQueue(q.topic, q.broker_name, -1) for q in queues})
     if client not in clients:
         return []
@@ -105,6 +106,8 @@ def _body(request: RemotingCommand) -> dict[str, Any]:
 def set_message_request_mode(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
     try:
         mode = RequestMode.from_json(_body(request))
+        if not mode.topic.startswith(RETRY_PREFIX) and broker.topics.get(mode.topic) is None:
+            return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{mode.topic}] not exist")  # RocketMQ's words
         broker.request_modes.put(mode)
     except RequestModeError as exc:
         code = ResponseCode.NO_PERMISSION if "retry topic" in str(exc) else ResponseCode.SYSTEM_ERROR

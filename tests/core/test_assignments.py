@@ -39,6 +39,8 @@ def test_pop_shares_queues_with_the_next_clients_or_pops_each_broker_whole() -> 
     ids = ["a", "b", "c", "d"]
     whole = assign(RequestMode("T", "G", "POP", 0), "AVG", "CLUSTERING", "a", QUEUES, ids)
     assert whole == [MessageQueue("T", "broker-a", -1), MessageQueue("T", "broker-b", -1)]
+    # sharing with every other client is reading every queue: the same whole groups
+    assert assign(RequestMode("T", "G", "POP", 3), "AVG", "CLUSTERING", "b", QUEUES, ids) == whole
     shared = assign(RequestMode("T", "G", "POP", 1), "AVG", "CLUSTERING", "d", QUEUES, ids)
     assert shared == sorted(allocate("AVG", "d", QUEUES, ids) + allocate("AVG", "a", QUEUES, ids))
     # each queue is read by popShareQueueNum + 1 clients
@@ -116,6 +118,10 @@ async def test_two_brokers_assign_the_cluster_s_queues_by_pull_then_by_pop(nurse
             "topic": "%RETRY%G", "consumerGroup": "G", "mode": "POP"}))
         refused = await one.invoke(a.address, retry)
         assert refused.code == ResponseCode.NO_PERMISSION and "retry topic" in refused.remark
+        unknown = RemotingCommand(code=RequestCode.SET_MESSAGE_REQUEST_MODE, body=orjson.dumps({
+            "topic": "NoSuchTopic", "consumerGroup": "G", "mode": "POP"}))
+        refused = await one.invoke(a.address, unknown)
+        assert refused.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchTopic" in refused.remark
         stranger = await one.invoke(a.address, _query("Assigned", "c9"))
         assert stranger.code == ResponseCode.SYSTEM_ERROR and "no heartbeat" in stranger.remark
         strategy = await one.invoke(a.address, _query("Assigned", "c1", strategyName="CONSISTENT_HASH"))
