@@ -30,7 +30,7 @@ from core.proxy.doors import Doors
 from core.proxy.session import ClientSession, copy_request, copy_response
 from core.remoting.client import RemotingClient, split_address
 from core.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
-from core.remoting.command import RemotingCommand, complete
+from core.remoting.command import RemotingCommand
 from core.remoting.connection import Outcome
 from formats.errors import RecordError
 from formats.pull_body import with_store_host
@@ -149,7 +149,7 @@ class Forwarder:
                 assert answer_frame is not None
                 answer_frame(outcome)
             else:
-                settled(complete(outcome) if isinstance(outcome, RemotingCommand) else outcome)
+                settled(outcome)
 
         def settled(outcome: Outcome) -> None:
             if isinstance(outcome, RemotingCommand) and not (

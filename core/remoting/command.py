@@ -24,7 +24,6 @@ are turned into strings here). Replies use the serialize type of the request.
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass, field
 
@@ -69,8 +68,6 @@ class RemotingCommand:
     serialize_type: int = SerializeType.JSON
     # the whole frame as it arrived, when the decoder keeps frames (the proxy passes them on)
     frame: bytes = field(default=b"", compare=False, repr=False)
-    # only code, opaque and flag were read (an answer a proxy passes on): complete() reads the rest
-    partial: bool = field(default=False, compare=False, repr=False)
 
     @property
     def is_response(self) -> bool:
@@ -218,36 +215,6 @@ def _decode_binary_header(raw: bytes) -> RemotingCommand:
     )
 
 
-# An answer's JSON header as this project's brokers write it (sorted keys, extFields values all
-# strings): its code first, and exactly one top-level flag and opaque. A string value cannot hold
-# ',"opaque":' unescaped, and an extFields key of that name would be followed by a string.
-_ANSWER_CODE = re.compile(rb'\{"code":(-?\d+),')
-_ANSWER_FLAG = re.compile(rb',"flag":(\d+)[,}]')
-_ANSWER_OPAQUE = re.compile(rb',"opaque":(-?\d+)[,}]')
-
-
-def peek_answer(header: bytes) -> tuple[int, int, int] | None:
-    """(code, opaque, flag) of a JSON answer header, read without parsing the rest; None when
-    it is not plainly one (then decode it whole)."""
-    code = _ANSWER_CODE.match(header)
-    flags = _ANSWER_FLAG.findall(header)
-    opaques = _ANSWER_OPAQUE.findall(header)
-    if code is None or len(flags) != 1 or len(opaques) != 1 or not int(flags[0]) & FLAG_RESPONSE:
-        return None
-    return int(code.group(1)), int(opaques[0]), int(flags[0])
-
-
-def complete(cmd: RemotingCommand) -> RemotingCommand:
-    """``cmd`` whole: a partial one decoded again from its frame (the same command otherwise)."""
-    if not cmd.partial:
-        return cmd
-    (word,) = _I32.unpack_from(cmd.frame, 4)
-    header_len = word & 0xFFFFFF
-    full = decode_header(cmd.frame[8 : 8 + header_len], (word >> 24) & 0xFF)
-    full.body, full.frame = cmd.frame[8 + header_len :], cmd.frame
-    return full
-
-
 class FrameDecoder:
     """Turns a byte stream into commands. Holds at most one partial frame (bounded by
     ``frame_size_max``)."""
@@ -289,12 +256,6 @@ class FrameDecoder:
                 raise FrameError(f"header length {header_len} exceeds frame length {length}")
             start = pos + 8
             header = bytes(buf[start : start + header_len])
-            if self.keep_frames and serialize_type == SerializeType.JSON and (peeked := peek_answer(header)):
-                code, opaque, flag = peeked  # an answer passed on: the rest is read only if needed
-                out.append(RemotingCommand(code, {}, b"", opaque, flag, None, "JAVA", VERSION, serialize_type,
-                                           bytes(buf[pos : pos + 4 + length]), True))
-                pos += 4 + length
-                continue
             try:
                 cmd = decode_header(header, serialize_type)
             except HeaderError as exc:

@@ -31,7 +31,6 @@ from core.remoting.command import (
     FrameError,
     HeaderError,
     RemotingCommand,
-    complete,
     encode_frame,
 )
 from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
@@ -53,8 +52,11 @@ log = logging.getLogger(__name__)
 RECEIVE_BYTES = 256 * 1024
 OUT_BUFFER_BYTES_MAX = 4 * 1024 * 1024  # queued outgoing bytes before senders wait
 SWEEP_S = 0.05  # how often request deadlines are checked
+
 PENDING_MAX = 65536
 OWN_OPAQUES_FROM = 1 << 30
+
+
 
 # What a processor returns: a response now, one later (an awaitable, or ANSWER_LATER), or
 # nothing (oneway).
@@ -236,8 +238,6 @@ class Connection:
             elif item.is_response:
                 pending = self._pending.pop(item.opaque, None)
                 if pending is not None:
-                    if item.partial and (self._rpc_hooks or not getattr(pending, "takes_partial", False)):
-                        item = complete(item)
                     pending.settle(item)
             else:
                 await self._dispatch(item)
@@ -330,7 +330,7 @@ class Connection:
             return
         if self._rpc_hooks:
             assert self.plugins is not None
-            self.plugins.rpc_after_response(self, request, complete(response))
+            self.plugins.rpc_after_response(self, request, response)
         self._queue_relayed(response.frame)
 
     # ------------------------------------------------------------------ writing
@@ -463,16 +463,16 @@ class Connection:
         self._queue_frame(cmd)
 
     def pass_then(self, request: RemotingCommand, timeout_s: float, then: Callable[[Outcome], None]) -> bool:
-        """Send ``request``'s frame as it arrived, opaque kept; ``then`` as :meth:`request_then`,
-        but its answer may be ``partial`` (code, opaque, flag, frame: ``complete`` reads the rest).
-        False, nothing sent: the opaque is pending here already (send a copy with another)."""
+        """Send ``request``'s frame (:attr:`RemotingCommand.frame`) as it arrived, its opaque
+        kept, and call ``then`` as :meth:`request_then` does. False, and nothing sent, when its
+        opaque is pending here already: the caller sends a copy with an opaque of this side's."""
         opaque = request.opaque
         if opaque in self._pending or not request.frame or self.closed.is_set() or len(self._pending) >= PENDING_MAX:
             return False
         if self._rpc_hooks:
             assert self.plugins is not None
             then = self._hooked(request, then, self.plugins)
-        self._pending[opaque] = Callback(then, request.code, takes_partial=True)
+        self._pending[opaque] = Callback(then, request.code)
         heapq.heappush(self._deadlines, (trio.current_time() + timeout_s, opaque))
         self._queue_relayed(request.frame)
         return True

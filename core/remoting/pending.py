@@ -71,12 +71,11 @@ class Waiting:
 class Callback:
     """A pending request answered by calling ``then`` (from the reader, the sweeper or close)."""
 
-    __slots__ = ("then", "code", "takes_partial")
+    __slots__ = ("then", "code")
 
-    def __init__(self, then: Callable[[Outcome], None], code: int, *, takes_partial: bool = False) -> None:
+    def __init__(self, then: Callable[[Outcome], None], code: int) -> None:
         self.then = then
         self.code = code
-        self.takes_partial = takes_partial  # an answer only partly read will do (it is passed on)
 
     def settle(self, outcome: Outcome) -> None:
         try:

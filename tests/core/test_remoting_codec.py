@@ -97,19 +97,3 @@ def test_unknown_serialize_type_is_a_header_error():
     frame = struct.pack(">ii", 4 + len(header), (7 << 24) | len(header)) + header
     (item,) = FrameDecoder().feed(frame)
     assert isinstance(item, HeaderError)
-
-
-def test_a_passed_answer_is_read_only_for_code_opaque_and_flag_and_completed_on_demand():
-    from core.remoting.command import complete, peek_answer
-
-    answer = RemotingCommand(code=0, ext_fields={"msgId": "7F00", "queueId": "0", "opaque": "9", "flag": "3"},
-                             body=b"body", opaque=41, flag=1, remark='a "quoted" ,"opaque":5, remark', language="JAVA")
-    frame = encode_frame(answer)
-    got = FrameDecoder(keep_frames=True).feed(frame)[0]
-    assert (got.code, got.opaque, got.flag, got.partial, got.frame) == (0, 41, 1, True, frame)
-    assert got.ext_fields == {} and complete(got) == answer and complete(got).frame == frame
-    assert FrameDecoder().feed(frame)[0] == answer and not FrameDecoder().feed(frame)[0].partial
-    request = RemotingCommand(code=310, ext_fields={"b": "T"}, opaque=41)
-    assert peek_answer(encode_frame(request)[8:]) is None  # a request is decoded whole
-    assert not FrameDecoder(keep_frames=True).feed(encode_frame(request))[0].partial
-    assert peek_answer(b'{"flag":1,"code":0,"opaque":1}') is None  # not plainly one of ours: decoded whole
