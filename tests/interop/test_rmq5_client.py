@@ -211,7 +211,7 @@ def test_a_push_consumers_slow_handler_keeps_its_message_which_is_delivered_and_
     name = topic(cluster, "Rmq5SlowHandler")
     sent = produce(cluster, name, [{"body": f"slow{i}"} for i in range(2)])
     before = proxy_counts(cluster)
-    rows = cluster.rmq5("push", cluster.grpc[0], "Rmq5SlowG", name, "2", "40", "8")  # 8 s handlers, 3 s slices
+    rows = cluster.rmq5("push", cluster.grpc[0], "Rmq5SlowG", name, "2", "40", "5")  # 5 s handlers, 3 s slices
     started = [r["id"] for r in rows if r["event"] == "started"]
     assert sorted(started) == sorted(r["id"] for r in sent)  # each handed to a handler once: none came back
     assert sorted(r["id"] for r in rows if r["event"] == "consumed") == sorted(started)
@@ -243,10 +243,10 @@ def test_a_delayed_message_is_delivered_at_its_time(cluster):
 
 def test_a_recalled_timer_message_is_never_delivered(cluster):
     name = topic(cluster, "Rmq5Recall", queues=1)
-    rows = produce(cluster, name, [{"body": "recalled", "delay_s": 4, "recall": True}, {"body": "kept", "delay_s": 4}])
+    rows = produce(cluster, name, [{"body": "recalled", "delay_s": 2, "recall": True}, {"body": "kept", "delay_s": 2}])
     sent = {r["body"]: r for r in rows if r["event"] == "sent"}
     assert [r["id"] for r in rows if r["event"] == "recalled"] == [sent["recalled"]["id"]]
-    got = consume(cluster, "Rmq5RecallG", name, count=2, wait_s=8)  # both were due 4 s after sending
+    got = consume(cluster, "Rmq5RecallG", name, count=2, wait_s=6)  # both were due 2 s after sending
     assert [bytes.fromhex(r["body"]).decode() for r in got] == ["kept"]  # the recalled one never came
     with RawGrpc(cluster.grpc[0]) as door:  # a message delivered already cannot be recalled
         late = door.unary("RecallMessage", pb.RecallMessageRequest(

@@ -18,6 +18,7 @@ from replication.dledger.entry_handler import EntryHandler
 from replication.dledger.simulation import FaultPlan, InvariantViolation, SimConfig, Simulation, run_seed
 
 SEEDS = int(os.environ.get("MQ_SIM_SEEDS", "300"))  # make test's share; make test-long runs the soak below
+SWEEP_SEEDS = SEEDS // 2  # the plain sweep's share of them (the broken-engine tests below use all)
 SOAK_SEEDS = int(os.environ.get("MQ_SIM_SOAK_SEEDS", "10000"))
 
 
@@ -37,13 +38,13 @@ def check_seeds(seeds: range) -> None:
     assert not failures, f"{len(failures)} of {len(seeds)} seeds failed:\n" + "\n".join(failures[:10])
 
 
-def test_a_few_hundred_seeds_keep_every_invariant():
-    check_seeds(range(SEEDS))
+def test_a_hundred_and_fifty_seeds_keep_every_invariant():
+    check_seeds(range(SWEEP_SEEDS))
 
 
 @pytest.mark.slow
 def test_ten_thousand_seeds_keep_every_invariant():
-    check_seeds(range(SEEDS, SEEDS + SOAK_SEEDS))
+    check_seeds(range(SWEEP_SEEDS, SWEEP_SEEDS + SOAK_SEEDS))
 
 
 @pytest.mark.parametrize("nodes", [1, 2, 5])
