@@ -143,18 +143,14 @@ class Forwarder:
         timeout_s = self._timeout(request, deadline)
 
         def passed(outcome: Outcome) -> None:
-            if isinstance(outcome, RemotingCommand) and outcome.frame and not (
-                    outcome.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in RESENDABLE
-                    and trio.current_time() < deadline):
+            if isinstance(outcome, RemotingCommand) and outcome.frame and not _may_resend(request, outcome, deadline):
                 assert answer_frame is not None
                 answer_frame(outcome)
             else:
                 settled(outcome)
 
         def settled(outcome: Outcome) -> None:
-            if isinstance(outcome, RemotingCommand) and not (
-                    outcome.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in RESENDABLE
-                    and trio.current_time() < deadline):
+            if isinstance(outcome, RemotingCommand) and not _may_resend(request, outcome, deadline):
                 answer(copy_response(request, outcome))
             else:
                 self._nursery.start_soon(self._write_after, request, session, group, master, outcome, deadline,
@@ -203,8 +199,7 @@ class Forwarder:
     async def _resend_after(self, request: RemotingCommand, resp: RemotingCommand, group: str, master: str,
                             deadline: float) -> bool:
         """Whether an answer of ``master`` says it stopped leading, so the request goes again."""
-        return (resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in RESENDABLE
-                and trio.current_time() < deadline and await self._master_moved(group, master))
+        return _may_resend(request, resp, deadline) and await self._master_moved(group, master)
 
     @staticmethod
     async def _forward(session: ClientSession, group: str, member: str, request: RemotingCommand,
@@ -310,6 +305,13 @@ class Forwarder:
 
 
 
+
+
+def _may_resend(request: RemotingCommand, resp: RemotingCommand, deadline: float) -> bool:
+    """A resendable request answered SERVICE_NOT_AVAILABLE in its failover window: the member may
+    have stopped leading, so the request may go to the new one."""
+    return (resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and request.code in RESENDABLE
+            and trio.current_time() < deadline)
 
 
 def request_name(request: RemotingCommand) -> str:
