@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from core.errors import ConfigError
+from core.metrics.settings import MetricsSettings
 from core.proxy_settings import ProxySettings
 from core.remoting.limits import ConnectionLimits
 
@@ -212,9 +213,12 @@ class NameServerNode:
     listen: str = "127.0.0.1:9876"
     # the address brokers and clients use, when it is not ``listen`` (a proxy in front of it)
     advertise: str = ""
+    metrics_listen: str = ""  # Prometheus metrics (empty: listen's host, a free port)
 
     def __post_init__(self) -> None:
         _check_listen("nameserver", self.name, self.listen)
+        if self.metrics_listen:
+            _check_listen("nameserver", self.name, self.metrics_listen, "metrics_listen")
         if self.advertise:
             _check_listen("nameserver", self.name, self.advertise, "advertise")
             if self.advertise.endswith(":0"):
@@ -240,9 +244,12 @@ class BrokerNode:
     # the address the other members of the group reach this node's HA / raft port through,
     # when it is not listen's port + 1 (a proxy in front of it)
     ha_advertise: str = ""
+    metrics_listen: str = ""  # Prometheus metrics (empty: listen's host, a free port)
 
     def __post_init__(self) -> None:
         _check_listen("broker", self.name, self.listen)
+        if self.metrics_listen:
+            _check_listen("broker", self.name, self.metrics_listen, "metrics_listen")
         if self.ha_advertise:
             _check_listen("broker", self.name, self.ha_advertise, "ha_advertise")
             if self.ha_advertise.endswith(":0"):
@@ -285,8 +292,11 @@ class ProxyNode:
     # where RocketMQ 5 clients connect (gRPC, apache.rocketmq.v2.MessagingService; RocketMQ's
     # proxy uses port 8081); empty: no gRPC front door. Routes name the address a client dialled.
     grpc_listen: str = ""
+    metrics_listen: str = ""  # Prometheus metrics (empty: listen's host, a free port)
 
     def __post_init__(self) -> None:
+        if self.metrics_listen:
+            _check_listen("proxy", self.name, self.metrics_listen, "metrics_listen")
         for key, value in (("listen", self.listen), ("advertise", self.advertise), ("grpc_listen", self.grpc_listen)):
             if key != "listen" and not value:
                 continue
@@ -348,6 +358,7 @@ class Config:
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     acl: AclConfig = field(default_factory=AclConfig)
     proxy: ProxySettings = field(default_factory=ProxySettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     nameservers: tuple[NameServerNode, ...] = ()
     brokers: tuple[BrokerNode, ...] = ()
     proxies: tuple[ProxyNode, ...] = ()
@@ -383,6 +394,13 @@ class Config:
             doors = [listen for listen, _ in self.proxy_doors(proxy).values()]
             return [proxy.listen, *doors] + ([proxy.grpc_listen] if proxy.grpc_listen else [])
         return []
+
+    def metrics_listen_of(self, name: str) -> str:
+        """Where node ``name`` serves metrics: its ``metrics_listen``, else its host, port 0."""
+        node = self.nameserver(name) or self.broker_node(name) or self.proxy_node(name)
+        if node is None:
+            return ""
+        return node.metrics_listen or f"{node.listen.rpartition(':')[0]}:0"
 
     def nameserver(self, name: str) -> NameServerNode | None:
         return next((ns for ns in self.nameservers if ns.name == name), None)
@@ -428,7 +446,7 @@ def parse_config(raw: dict[str, Any], source: Path | None = None) -> Config:
     """Validate a parsed TOML document."""
     sections = {"cluster": ClusterConfig, "store": StoreConfig, "replication": ReplicationConfig,
                 "namesrv": NameServerSettings, "broker": BrokerSettings, "acl": AclConfig,
-                "proxy": ProxySettings}
+                "proxy": ProxySettings, "metrics": MetricsSettings}
     arrays = {"nameservers": NameServerNode, "brokers": BrokerNode, "proxies": ProxyNode}
     unknown = sorted(set(raw) - set(sections) - set(arrays))
     if unknown:

@@ -16,7 +16,9 @@ from core.acl.requests import Resource
 from core.broker.clients import ClientRegistry
 from core.broker.consumer_filters import ConsumerFilterTable
 from core.broker.long_polling import PullHold
+from core.broker.meters import BrokerMeters
 from core.broker.offsets import ConsumerOffsets
+from core.broker.pop.ledger import ReviveLedger
 from core.broker.pop.order import OrderBook
 from core.broker.queue_locks import QueueLocks
 from core.broker.replication import Replication
@@ -92,6 +94,10 @@ class Broker:
         self.transactions = TransactionService(store, root / "config", self.settings, self.store_host,
                                                self.producer_connections, self.schedule.hold_if_delayed)
         self.acl = AclFile(config.acl_file) if config.acl.enabled else None
+        self.meters = BrokerMeters(config.metrics.label_values_max)
+        if not config.metrics.enabled:
+            self.meters.latency = None
+        self.pop_ledgers: dict[int, ReviveLedger] = {}  # the revive loop's, by revive queue (POP in flight)
         self._handlers = dict(handlers)  # a plain dict: looked up on every request
 
     def bind(self, port: int) -> None:
@@ -110,6 +116,7 @@ class Broker:
             refused = self.acl.policy.check(request, _peer_ip(conn))
             if refused is not None:
                 log.warning("refused request %d from %s: %s", request.code, conn.remote, refused)
+                self.meters.acl_refusals.row(request.code)[0] += 1
                 return request.reply(ResponseCode.NO_PERMISSION, refused)
         handler = self._handlers.get(request.code)
         if handler is None:

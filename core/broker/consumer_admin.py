@@ -120,7 +120,7 @@ def progress_topics(broker: Broker, group: str) -> list[str]:
     return sorted(t for t in topics if broker.topics.get(t) is not None)
 
 
-def _store_time(broker: Broker, topic: str, queue_id: int, queue_offset: int) -> int:
+def store_time(broker: Broker, topic: str, queue_id: int, queue_offset: int) -> int:
     entries = broker.store.queue_entries(topic, queue_id, queue_offset, 1)
     if not entries or entries[0][0] != queue_offset:
         return 0
@@ -138,7 +138,7 @@ def queue_progress(broker: Broker, group: str, topic: str) -> list[QueueProgress
     for queue_id in range(config.read_queue_nums):
         broker_offset = max(0, broker.store.max_queue_offset(topic, queue_id))
         consumer_offset = max(0, broker.offsets.get(group, topic, queue_id) or 0)
-        last = _store_time(broker, topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
+        last = store_time(broker, topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
         out.append(QueueProgress(topic, queue_id, broker_offset, consumer_offset, last))
     return out
 

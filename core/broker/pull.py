@@ -115,6 +115,7 @@ def pull_once(broker: Broker, header: PullHeader, message_filter: MessageFilter 
         size += entry.size
         last_phys = entry.phys_offset
     if parts:
+        broker.meters.delivered(topic, header.group, len(parts), size)
         return PullOutcome(ResponseCode.SUCCESS, next_offset, low, high, b"".join(parts),
                            broker.suggested_reader(store.commitlog.write_offset - last_phys))
     return PullOutcome(ResponseCode.PULL_RETRY_IMMEDIATELY, next_offset, low, high)

@@ -7,6 +7,7 @@ never imports them.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Protocol
 
 import trio
@@ -19,6 +20,33 @@ class Replicated(enum.Enum):
     TIMEOUT = "timeout"  # FLUSH_SLAVE_TIMEOUT: stored, not confirmed by a replica in time
     NO_REPLICA = "no_replica"  # SLAVE_NOT_AVAILABLE: stored, no replica close enough to wait for
     LOST_LEADERSHIP = "lost_leadership"  # raft: the node stopped leading first; it may or may not commit
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLag:
+    """How far one replica is behind this master."""
+
+    peer: str
+    lag_bytes: int
+    lag_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RaftProgress:
+    term: int
+    commit_index: int
+    applied_index: int
+    last_index: int
+    elections: int  # elections this member stood in
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationMetrics:
+    """What the metrics endpoint shows of a node's replication."""
+
+    role: str  # master, slave; leader, candidate, follower under raft
+    replicas: tuple[ReplicaLag, ...] = ()  # a master's connected slaves (raft: followers)
+    raft: RaftProgress | None = None
 
 
 class Replication(Protocol):
@@ -60,3 +88,6 @@ class Replication(Protocol):
 
     def runtime_info(self) -> dict[str, str]:
         """Fields for GET_BROKER_RUNTIME_INFO (strings, as RocketMQ's table)."""
+
+    def metrics(self) -> ReplicationMetrics:
+        """This node's role, its replicas' lag, and raft's progress (read when scraped)."""

@@ -7,6 +7,7 @@ import struct
 from typing import Protocol
 
 from core.broker.headers import SendHeader
+from core.broker.meters import BrokerMeters
 from core.broker.responses import response_code
 from core.broker.schedule import ScheduleService
 from core.broker.topics import TopicTable
@@ -41,6 +42,7 @@ class SendingBroker(Protocol):
     schedule: ScheduleService
     writes: WritePath
     node: BrokerNode
+    meters: BrokerMeters
 
     def topics_changed(self) -> None: ...
 
@@ -119,6 +121,7 @@ def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connectio
         if any(len(rec.body) > size_max for rec in records):
             return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")
         results = broker.writes.put(records)
+        broker.meters.sent(header.topic, len(records), len(request.body))
         if half is not None:
             broker.transactions.opened(half, results[0])
     except Exception as exc:  # store, format and size errors, mapped in one place

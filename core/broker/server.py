@@ -10,6 +10,7 @@ import trio
 from core.acl.file import keep_acl_current
 from core.broker.broker import Broker
 from core.broker.long_polling import PullHold
+from core.broker.metrics import fill_broker
 from core.broker.pop.revive import make_pop_ready, revive_loop
 from core.broker.registration import registration_loop, unregister_all
 from core.broker.request_table import HANDLERS
@@ -17,6 +18,8 @@ from core.broker.slave_sync import slave_sync_loop
 from core.broker.topic_queues import TopicQueues
 from core.config import BrokerNode, Config
 from core.errors import ConfigError
+from core.metrics.exposition import node_registry
+from core.metrics.http import address_file, serve_node_metrics
 from core.plugin_manager import PluginHost
 from core.remoting.client import RemotingClient, open_remoting_client, split_address
 from core.remoting.server import serve_remoting
@@ -55,7 +58,7 @@ async def serve_broker(
                     bound = await nursery.start(lambda task_status: serve_remoting(
                         broker, host, port, plugins=plugins, on_close=broker.connection_closed,
                         frame_size_max=config.broker.frame_size_bytes_max, limits=config.broker.limits,
-                        task_status=task_status))
+                        latency=broker.meters.latency, task_status=task_status))
                     broker.bind(bound)
                     ha_address = await nursery.start(replication.serve, broker.ha_address)
                     broker.ha_address = ha_address or ""
@@ -65,6 +68,10 @@ async def serve_broker(
                     nursery.start_soon(_housekeeping, broker)
                     if broker.acl is not None:
                         nursery.start_soon(keep_acl_current, broker.acl)
+                    if config.metrics.enabled:
+                        registry = node_registry("broker", broker.cluster, node.node, lambda out: fill_broker(broker, out))
+                        await nursery.start(serve_node_metrics, registry, config.metrics_listen_of(node.node),
+                                            address_file(data_dir, node.node))
                     log.info("broker %s listening on %s", node.node, broker.address)
                     served = True
                     task_status.started(bound)

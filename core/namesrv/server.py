@@ -9,7 +9,11 @@ import trio
 
 from core.config import Config, NameServerNode
 from core.errors import CoreError
+from core.metrics.counters import Histogram
+from core.metrics.exposition import node_registry
+from core.metrics.http import address_file, serve_node_metrics
 from core.namesrv.kv_config import KVConfig
+from core.namesrv.metrics import fill_nameserver
 from core.namesrv.processor import NameServerProcessor, now_ms
 from core.plugin_manager import PluginHost
 from core.remoting.client import split_address
@@ -28,11 +32,17 @@ async def serve_nameserver(
         raise CoreError("no plugin provides the route table (is the routing plugin blocked?)")
     processor = NameServerProcessor(routes, KVConfig(data_dir / node.name / "kvConfig.json"))
     host, port = split_address(node.listen)
+    latency = Histogram(keys_max=config.metrics.label_values_max, other=(-1, -1)) if config.metrics.enabled else None
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(lambda task_status: serve_remoting(
             processor, host, port, plugins=plugins, on_close=processor.connection_closed,
-            limits=config.namesrv.limits, task_status=task_status))
+            limits=config.namesrv.limits, latency=latency, task_status=task_status))
         nursery.start_soon(_scan, routes, config.namesrv.scan_interval_ms / 1000)
+        if config.metrics.enabled:
+            registry = node_registry("nameserver", config.cluster.name, node.name,
+                                     lambda out: fill_nameserver(processor, latency, out))
+            await nursery.start(serve_node_metrics, registry, config.metrics_listen_of(node.name),
+                                address_file(data_dir, node.name))
         log.info("name server %s listening on %s:%d", node.name, host, bound)
         task_status.started(bound)
 

@@ -56,6 +56,8 @@ class ClusterView:
         self._hurry = trio.Event()
         self._hurry_until = -math.inf
         self.refreshes = 0
+        self.failovers: dict[str, int] = {}  # group -> times its master changed or went
+        self.writes_waiting = 0  # requests waiting for their group to have a master again
 
     # ------------------------------------------------------------------ reading
 
@@ -87,15 +89,21 @@ class ClusterView:
 
     async def wait_master(self, group: str, deadline: float) -> str | None:
         """The group's master, waiting until ``deadline`` (trio time) for one to appear."""
-        while (address := self.master(group)) is None:
-            if trio.current_time() >= deadline:
-                return None
-            self._hurry_until = max(self._hurry_until, deadline)
-            self._hurry.set()
-            changed = self._changed
-            with trio.move_on_at(min(deadline, trio.current_time() + DISTRUST_S)):
-                await changed.wait()
-        return address
+        if (address := self.master(group)) is not None:
+            return address
+        self.writes_waiting += 1
+        try:
+            while (address := self.master(group)) is None:
+                if trio.current_time() >= deadline:
+                    return None
+                self._hurry_until = max(self._hurry_until, deadline)
+                self._hurry.set()
+                changed = self._changed
+                with trio.move_on_at(min(deadline, trio.current_time() + DISTRUST_S)):
+                    await changed.wait()
+            return address
+        finally:
+            self.writes_waiting -= 1
 
     # ------------------------------------------------------------------ asking
 
@@ -129,6 +137,10 @@ class ClusterView:
             self.refreshes += 1
             if groups == self.groups:
                 return False
+            for group, members in self.groups.items():
+                old = members.get(MASTER_ID)
+                if old is not None and groups.get(group, {}).get(MASTER_ID) != old:
+                    self.failovers[group] = self.failovers.get(group, 0) + 1
             self.groups = groups
             self._changed.set()
             self._changed = trio.Event()

@@ -11,6 +11,8 @@ import trio
 
 from core.acl.file import AclFile, keep_acl_current
 from core.config import Config, ProxyNode
+from core.metrics.exposition import node_registry
+from core.metrics.http import address_file, serve_node_metrics
 from core.plugin_manager import PluginHost
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
@@ -18,6 +20,8 @@ from core.proxy.forwarder import Forwarder
 from core.proxy.grpc.clients import GrpcClients
 from core.proxy.grpc.server import serve_grpc
 from core.proxy.grpc.service import MessagingService
+from core.proxy.meters import ProxyMeters
+from core.proxy.metrics import ProxyParts, fill_proxy
 from core.proxy.remoting.door import RemotingDoor
 from core.remoting.client import open_remoting_client, split_address
 from core.remoting.server import serve_remoting
@@ -39,19 +43,22 @@ async def serve_proxy(
                               elects=config.replication.mode == "dledger",
                               failover_wait_s=config.proxy.failover_wait_ms / 1000)
         more_counters: Callable[[], dict[str, str]] = dict
+        meters = ProxyMeters(config.metrics.label_values_max, timed=config.metrics.enabled)
+        service: MessagingService | None = None
         if acl is not None:
             nursery.start_soon(keep_acl_current, acl)
         if node.grpc_listen:
             clients = GrpcClients(nursery, config.proxy)
             nursery.start_soon(clients.expire_silent)
             service = MessagingService(forwarder, clients, config.proxy, acl, nursery)
+            service.meters = meters
             more_counters = service.runtime_table
             nursery.start_soon(service.consuming.renewals.run)
             got = await nursery.start(lambda task_status: serve_grpc(
                 service, node.grpc_listen, connections_max=config.broker.limits.connections_max,
                 task_status=task_status))
             log.info("proxy %s: RocketMQ 5 clients (gRPC) on %s, port %d", node.name, node.grpc_listen, got)
-        front = RemotingDoor(nursery, forwarder, acl=acl, more_counters=more_counters)
+        front = RemotingDoor(nursery, forwarder, acl=acl, more_counters=more_counters, meters=meters)
         listeners: list[tuple[str | None, str]] = [(None, node.listen), *doors.listens.items()]
         bound = 0
         for group, listen in listeners:
@@ -59,7 +66,12 @@ async def serve_proxy(
             got = await nursery.start(lambda task_status, group=group, host=host, port=port: serve_remoting(
                 front.listener(group), host, port, plugins=plugins, on_close=front.connection_closed,
                 frame_size_max=config.broker.frame_size_bytes_max, limits=config.broker.limits,
-                keep_frames=True, task_status=task_status))
+                keep_frames=True, latency=meters.remoting, task_status=task_status))
             bound = bound or got
             log.info("proxy %s: %s on %s:%d", node.name, f"door of {group}" if group else "routes", host, got)
+        if config.metrics.enabled:
+            parts = ProxyParts(meters, forwarder, front, service)
+            registry = node_registry("proxy", config.cluster.name, node.name, lambda out: fill_proxy(parts, out))
+            await nursery.start(serve_node_metrics, registry, config.metrics_listen_of(node.name),
+                                address_file(config.data_dir, node.name))
         task_status.started(bound)

@@ -68,6 +68,8 @@ class RemotingCommand:
     serialize_type: int = SerializeType.JSON
     # the whole frame as it arrived, when the decoder keeps frames (the proxy passes them on)
     frame: bytes = field(default=b"", compare=False, repr=False)
+    # when the request was read (perf_counter), for its latency: set only where it is measured
+    arrived: float = field(default=0.0, compare=False, repr=False)
 
     @property
     def is_response(self) -> bool:

@@ -18,12 +18,13 @@ import itertools
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from time import perf_counter
 from typing import Protocol
 
 import trio
 
 from core.errors import ConnectionClosedError, RemotingError, RemotingTimeoutError, RpcRejected
+from core.metrics.counters import Histogram
 from core.remoting.codes import FLAG_ONEWAY, ResponseCode
 from core.remoting.command import (
     FRAME_SIZE_MAX_DEFAULT,
@@ -39,6 +40,7 @@ from core.remoting.pending import (
     TOUCHED,
     AnswerLater,
     Callback,
+    ConnectionStatistics,
     Outcome,
     Touched,
     Waiting,
@@ -77,16 +79,6 @@ class RpcHooks(Protocol):
     def rpc_after_response(self, conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None: ...
 
 
-@dataclass(slots=True)
-class ConnectionStatistics:
-    frames_received: int = 0
-    frames_sent: int = 0
-    sends: int = 0  # socket writes: fewer than frames_sent when replies were coalesced
-    inflight: int = 0
-    pending_requests: int = 0
-    queued_frames: int = 0
-
-
 class Connection:
     """A framed, bidirectional RocketMQ remoting connection."""
 
@@ -102,8 +94,10 @@ class Connection:
         large_frames: ByteBudget | None = None,
         plugins: RpcHooks | None = None,
         keep_frames: bool = False,
+        latency: Histogram | None = None,
     ) -> None:
         self.stream = stream
+        self.latency = latency  # seconds from a request's read to its answer, by (request, response) code
         self.keep_frames = keep_frames  # commands read carry their frames (RemotingCommand.frame)
         self.processor = processor
         self.remote = remote
@@ -226,6 +220,7 @@ class Connection:
     async def _handle(self, items: list[RemotingCommand | HeaderError]) -> bool:
         """Answer or dispatch what one read completed; False when the connection must close."""
         self._frames_received += len(items)
+        arrived = perf_counter() if self.latency is not None else 0.0  # one clock read per read
         for item in items:
             if isinstance(item, HeaderError):
                 if item.opaque is None:
@@ -240,6 +235,7 @@ class Connection:
                 if pending is not None:
                     pending.settle(item)
             else:
+                item.arrived = arrived
                 await self._dispatch(item)
         return True
 
@@ -304,9 +300,7 @@ class Connection:
         """Send ``response`` unless the request was a real oneway."""
         if request.flag & FLAG_ONEWAY:
             return
-        if self._rpc_hooks:
-            assert self.plugins is not None
-            self.plugins.rpc_after_response(self, request, response)
+        self._answered(request, response)
         await self._send_frame(response)
 
     def answer(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
@@ -316,9 +310,7 @@ class Connection:
         self._inflight_bytes -= request_bytes(request)
         if response is None or request.flag & FLAG_ONEWAY or self.closed.is_set():
             return
-        if self._rpc_hooks:
-            assert self.plugins is not None
-            self.plugins.rpc_after_response(self, request, response)
+        self._answered(request, response)
         self._queue_frame(response)
 
     def answer_frame(self, request: RemotingCommand, response: RemotingCommand) -> None:
@@ -328,10 +320,16 @@ class Connection:
         self._inflight_bytes -= request_bytes(request)
         if request.flag & FLAG_ONEWAY or self.closed.is_set():
             return
+        self._answered(request, response)
+        self._queue_relayed(response.frame)
+
+    def _answered(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        """What follows every answer: its latency counted, the plugins' after-response hook."""
+        if self.latency is not None:
+            self.latency.observe((request.code, response.code), perf_counter() - request.arrived)
         if self._rpc_hooks:
             assert self.plugins is not None
             self.plugins.rpc_after_response(self, request, response)
-        self._queue_relayed(response.frame)
 
     # ------------------------------------------------------------------ writing
 

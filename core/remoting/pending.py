@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Protocol
 
 import trio
@@ -82,3 +83,13 @@ class Callback:
             self.then(outcome)
         except Exception:  # a callback's bug must not take the connection down
             log.exception("the callback of request %d failed", self.code)
+
+
+@dataclass(slots=True)
+class ConnectionStatistics:
+    frames_received: int = 0
+    frames_sent: int = 0
+    sends: int = 0  # socket writes: fewer than frames_sent when replies were coalesced
+    inflight: int = 0
+    pending_requests: int = 0
+    queued_frames: int = 0

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import trio
 
+from core.metrics.counters import Histogram
 from core.remoting.command import FRAME_SIZE_MAX_DEFAULT
 from core.remoting.connection import Connection, Processor, RpcHooks
 from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
@@ -26,11 +27,13 @@ async def serve_remoting(
     on_close: Callable[[Connection], None] | None = None,
     limits: ConnectionLimits = DEFAULT_LIMITS,
     keep_frames: bool = False,
+    latency: Histogram | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``processor`` on ``host:port`` until cancelled; reports the bound port. Connections
     beyond ``limits.connections_max`` are closed as they arrive. ``keep_frames``: each request
-    also carries its frame as it arrived (the proxy passes frames on)."""
+    also carries its frame as it arrived (the proxy passes frames on). ``latency``: each answer's
+    time from its request's read, by (request code, response code)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     large_frames = ByteBudget(limits.large_frames_bytes_max)
@@ -55,7 +58,8 @@ async def serve_remoting(
             return
         open_count += 1
         conn = Connection(stream, processor, remote=remote, frame_size_max=frame_size_max,
-                          limits=limits, large_frames=large_frames, plugins=plugins, keep_frames=keep_frames)
+                          limits=limits, large_frames=large_frames, plugins=plugins, keep_frames=keep_frames,
+                          latency=latency)
         try:
             await conn.run()
         finally:

@@ -5,10 +5,11 @@ the store does not import it)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from core.metrics.counters import Histogram
 from core.store.commitlog import LogRecovery
 from core.store.dispatch import DispatchRequest
 
@@ -38,6 +39,9 @@ class StoreStatistics:
     checkpoints: int = 0
     retired_segments: int = 0
     refused_disk_full: int = 0
+    # seconds: a flush round (thread hop and waits included), and its fsyncs alone
+    flush_latency: Histogram = field(default_factory=Histogram)
+    fsync_latency: Histogram = field(default_factory=Histogram)
 
 
 class StoreHooks(Protocol):

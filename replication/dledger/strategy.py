@@ -18,7 +18,7 @@ import logging
 import orjson
 import trio
 
-from core.broker.replication import Replicated
+from core.broker.replication import RaftProgress, Replicated, ReplicationMetrics
 from core.config import BrokerNode, Config
 from core.remoting.client import split_address
 from replication.dledger.driver import RaftDriver
@@ -124,6 +124,13 @@ class DLedgerReplication:
             "raftWatermarks": orjson.dumps(node.watermarks() if node is not None else {}).decode(),
             "raftPeers": orjson.dumps(self.peers).decode(),
         }
+
+    def metrics(self) -> ReplicationMetrics:
+        driver, node = self.driver, self.driver.node
+        role = driver.role.value
+        raft = RaftProgress(driver.term, driver.commit_index, self.store.committed_index,
+                            self.store.raft_log.last_index, node.elections_started if node is not None else 0)
+        return ReplicationMetrics(role, raft=raft)
 
     # ------------------------------------------------------------------ roles
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import trio
 
-from core.broker.replication import Replicated
+from core.broker.replication import ReplicaLag, Replicated, ReplicationMetrics
 from core.config import BrokerNode, Config
 from core.store.message_store import MessageStore
 from replication.master_slave.ha_client import HAClient
@@ -78,3 +78,10 @@ class MasterSlaveReplication:
                         haConnected=str(self.client.connected).lower(), haLocalAddr=self.client.local_addr or "",
                         haRefused=self.client.refused or "", haTruncatedBytes=str(self.client.truncated_bytes))
         return info
+
+    def metrics(self) -> ReplicationMetrics:
+        if self.service is None:
+            return ReplicationMetrics("slave")
+        lags = tuple(ReplicaLag(str(s["addr"]), int(s["lagBytes"]), float(s["lagSeconds"]))  # type: ignore[arg-type]
+                     for s in self.service.status())
+        return ReplicationMetrics("master", lags)

@@ -50,6 +50,14 @@ class ReviveLedger:
         if not ck.unacked_offsets():
             del self._waiting[ack.checkpoint_key()]
 
+    def inflight(self) -> dict[tuple[str, str], int]:
+        """Messages handed out and not acked yet, by (group, topic) of their POP."""
+        counts: dict[tuple[str, str], int] = {}
+        for ck in self._waiting.values():
+            key = (ck.group, ck.topic)
+            counts[key] = counts.get(key, 0) + len(ck.unacked_offsets())
+        return counts
+
     def skip(self, revive_offset: int) -> None:
         """A revive-queue entry that is neither (unreadable, or another kind): read past it."""
         self._advance(revive_offset)

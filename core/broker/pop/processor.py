@@ -94,7 +94,10 @@ async def _pop(broker: Broker, request: RemotingCommand, conn: Connection, heade
             arrival = broker.hold.waiter(header.topic, header.queue_id if header.queue_id >= 0 else ANY_QUEUE)
             popped = pop_once(broker, header, message_filter, queues)
             if popped.parts:
-                return await _answer(broker, request, header, popped)
+                answer = await _answer(broker, request, header, popped)
+                if answer.code == ResponseCode.SUCCESS:
+                    broker.meters.delivered(header.topic, header.group, len(popped.parts), sum(map(len, popped.parts)))
+                return answer
             if trio.current_time() >= deadline:
                 return request.reply(ResponseCode.POLLING_TIMEOUT, "no new message")
             if (full := slot.take()) is not None:

@@ -162,7 +162,8 @@ async def _when_ready(handler: Handler, broker: Broker, request: RemotingCommand
 async def revive_loop(broker: Broker) -> None:
     """Run while this broker is writable (the caller cancels it when the role changes)."""
     topic = revive_topic(broker.cluster)
-    ledgers: dict[int, ReviveLedger] = {}
+    ledgers = broker.pop_ledgers  # the metrics read what is in flight from them
+    ledgers.clear()  # a new term of leading reads every revive queue again
     while True:
         for qid in range(REVIVE_QUEUES):
             ledger = ledgers.get(qid)
@@ -231,4 +232,5 @@ async def _revive(broker: Broker, ck: CheckPoint) -> int:
     results = broker.writes.put(copies)
     if broker.writes.waits:
         await broker.writes.confirmed(results)
+    broker.meters.pop_revived.row((ck.group, ck.topic))[0] += len(copies)
     return len(copies)

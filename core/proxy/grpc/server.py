@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -287,7 +288,10 @@ class _Connection:
             self.wake()
             return
         if call.refusal is not None:
-            self._answer(sid, _as_list(rpc.refuse(pb.Status(code=call.refusal.code, message=call.refusal.message))))
+            answer = rpc.refuse(pb.Status(code=call.refusal.code, message=call.refusal.message))
+            if self.door.service.meters is not None:
+                self.door.service.meters.grpc_answered(rpc.name, answer, time.perf_counter())
+            self._answer(sid, _as_list(answer))
             self.calls.pop(sid, None)
             self.wake()
             return

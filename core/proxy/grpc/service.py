@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 from typing import Any, TypeVar
 
 import trio
@@ -44,6 +45,7 @@ from core.proxy.grpc.producing import Producing
 from core.proxy.grpc.routes import message_queues
 from core.proxy.grpc.shared import DoorShared
 from core.proxy.grpc.status import ok, refused
+from core.proxy.meters import ProxyMeters
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ class MessagingService(DoorShared):
         self.producing = Producing(self, nursery)
         self.consuming = Consuming(self, nursery)
         self.counts: dict[str, int] = {}
+        self.meters: ProxyMeters | None = None  # the proxy's, once it serves metrics
         self.door_stats: Callable[[], dict[str, str]] = dict  # the gRPC server's own counters, once it runs
 
     def runtime_table(self) -> dict[str, str]:
@@ -84,11 +87,15 @@ class MessagingService(DoorShared):
         must be its own account's, and new clients are bounded), then ``method``. A
         :class:`Refused` on the way is answered ``refuse(status)``."""
         self.count(rpc)
+        started = perf_counter()
         try:
             self.clients.get(caller)
-            return await method(request, caller)
+            answer = await method(request, caller)
         except Refused as exc:
-            return refuse(refused(exc))
+            answer = refuse(refused(exc))
+        if self.meters is not None:
+            self.meters.grpc_answered(rpc, answer, started)
+        return answer
 
     async def query_route(self, req: pb.QueryRouteRequest, caller: Caller) -> pb.QueryRouteResponse:
         try:

@@ -23,7 +23,9 @@ import orjson
 import trio
 
 from core.acl.file import AclFile
+from core.metrics.labels import request_label
 from core.proxy.forwarder import EVERY_MEMBER, ROUTING, WRITES, Forwarder, request_name
+from core.proxy.meters import ProxyMeters
 from core.proxy.session import ClientSession, RelayDown
 from core.remoting.client import split_address
 from core.remoting.codes import RequestCode, ResponseCode
@@ -38,13 +40,14 @@ class RemotingDoor:
     listener's group (None: the proxy's own port)."""
 
     def __init__(self, nursery: trio.Nursery, forwarder: Forwarder, *, acl: AclFile | None = None,
-                 more_counters: Callable[[], dict[str, str]] = dict) -> None:
+                 more_counters: Callable[[], dict[str, str]] = dict, meters: ProxyMeters | None = None) -> None:
         self._nursery = nursery
         self.forwarder = forwarder
         self.view = forwarder.view
         self.doors = forwarder.doors
         self.acl = acl
         self.more_counters = more_counters  # the gRPC door's, in the same runtime table
+        self.meters = meters
         self.forwarded = 0  # requests sent on to a broker
         self.sessions = 0  # client connections with upstream connections now
 
@@ -89,6 +92,8 @@ class RemotingDoor:
             refused = self.acl.policy.check(request, split_address(conn.remote)[0] if ":" in conn.remote else "")
             if refused is not None:
                 log.warning("refused request %d from %s: %s", request.code, conn.remote, refused)
+                if self.meters is not None:
+                    self.meters.acl_refusals.row(request_label(request.code))[0] += 1
                 return request.reply(ResponseCode.NO_PERMISSION, refused)
         self.forwarded += 1
         session = self._session(conn)

@@ -1,0 +1,106 @@
+"""A broker's metrics as a scrape reads them (:func:`fill_broker`): its meters
+(core/broker/meters.py), tables, store and replication.
+
+What can be read from state when scraped (lag, store size, replication, raft, POP in flight) is
+not counted at all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+from core.broker.consumer_admin import store_time
+from core.metrics.exposition import Samples
+from core.metrics.labels import REMOTING, request_label, rpc_labels
+
+if TYPE_CHECKING:
+    from core.broker.broker import Broker
+
+
+def fill_broker(broker: Broker, out: Samples) -> None:
+    """Everything a broker exports, read now."""
+    meters = broker.meters
+    if meters.latency is not None:
+        out.histogram("rocketmq_rpc_latency_seconds", meters.latency, rpc_labels(REMOTING))
+        out.counts_of("rocketmq_answers_total", meters.latency, rpc_labels(REMOTING))
+    for code, row in meters.acl_refusals.items():
+        out.add("rocketmq_acl_refusals_total", row[0], request_label(code))
+    for topic, row in meters.messages_in.items():
+        out.add("rocketmq_messages_in_total", row[0], str(topic))
+        out.add("rocketmq_messages_in_bytes_total", row[1], str(topic))
+    for key, row in meters.messages_out.items():
+        topic, group = _pair(key)
+        out.add("rocketmq_messages_out_total", row[0], topic, group)
+        out.add("rocketmq_messages_out_bytes_total", row[1], topic, group)
+    for key, row in meters.pop_revived.items():
+        group, topic = _pair(key)
+        out.add("rocketmq_pop_revived_messages_total", row[0], group, topic)
+    out.add("rocketmq_held_pulls", broker.hold.parked)
+    _store(broker, out)
+    _replication(broker, out)
+    if broker.replication.writable:  # a replica's offsets are its master's copy: counted there
+        _lag(broker, out, meters.keys_max)
+        _pop_inflight(broker, out, meters.keys_max)
+
+
+def _pair(key: Hashable) -> tuple[str, str]:
+    first, second = key  # type: ignore[misc]
+    return str(first), str(second)
+
+
+def _store(broker: Broker, out: Samples) -> None:
+    store = broker.store
+    out.add("rocketmq_store_size_bytes", max(0, store.log_end - store.log_start))
+    commitlog = store.commitlog
+    out.add("rocketmq_store_flush_behind_bytes", max(0, commitlog.write_offset - commitlog.flushed_offset))
+    out.histogram("rocketmq_store_flush_latency_seconds", store.stats.flush_latency, lambda key: ())
+    out.histogram("rocketmq_store_fsync_latency_seconds", store.stats.fsync_latency, lambda key: ())
+
+
+def _replication(broker: Broker, out: Samples) -> None:
+    state = broker.replication.metrics()
+    out.add("rocketmq_replication_mode_info", 1, broker.replication_mode, state.role)
+    out.add("rocketmq_replication_slaves_connected", len(state.replicas))
+    for replica in state.replicas:
+        out.add("rocketmq_replication_lag_bytes", replica.lag_bytes, replica.peer)
+        out.add("rocketmq_replication_lag_seconds", replica.lag_seconds, replica.peer)
+    raft = state.raft
+    if raft is not None:
+        out.add("rocketmq_raft_term", raft.term)
+        for role in ("leader", "candidate", "follower"):
+            out.add("rocketmq_raft_role", 1 if state.role == role else 0, role)
+        out.add("rocketmq_raft_commit_index", raft.commit_index)
+        out.add("rocketmq_raft_applied_index", raft.applied_index)
+        out.add("rocketmq_raft_last_index", raft.last_index)
+        out.add("rocketmq_raft_elections_total", raft.elections)
+
+
+def _lag(broker: Broker, out: Samples, keys_max: int) -> None:
+    """Per group, topic and queue: messages stored beyond the group's committed offset; per
+    group and topic, the age of the oldest of them (one record read per lagging queue)."""
+    store, now_ms = broker.store, time.time_ns() // 1_000_000
+    for pairs, (key, queues) in enumerate(list(broker.offsets.table.items())):
+        if pairs >= keys_max:
+            break
+        topic, _, group = key.partition("@")
+        oldest_ms = now_ms
+        for queue_id, committed in list(queues.items()):
+            lag = max(0, store.max_queue_offset(topic, queue_id) - max(committed, 0))
+            out.add("rocketmq_consumer_lag_messages", lag, group, topic, str(queue_id))
+            if lag:
+                stamp = store_time(broker, topic, queue_id, max(committed, 0))
+                if stamp:
+                    oldest_ms = min(oldest_ms, stamp)
+        out.add("rocketmq_consumer_lag_seconds", max(0, now_ms - oldest_ms) / 1000, group, topic)
+
+
+def _pop_inflight(broker: Broker, out: Samples, keys_max: int) -> None:
+    counts: dict[tuple[str, str], int] = {}
+    for ledger in list(broker.pop_ledgers.values()):
+        for (group, topic), count in ledger.inflight().items():
+            if (group, topic) in counts or len(counts) < keys_max:
+                counts[(group, topic)] = counts.get((group, topic), 0) + count
+    for (group, topic), count in counts.items():
+        out.add("rocketmq_pop_inflight_messages", count, group, topic)

@@ -1,0 +1,41 @@
+"""Label values of request and response codes: RocketMQ's names, numbers for unknown codes, and
+the capped rest as OTHER."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from core.metrics.catalogue import OTHER
+from core.remoting.codes import RequestCode, ResponseCode
+
+REMOTING = "remoting"
+GRPC = "grpc"
+
+
+def request_label(code: object) -> str:
+    """A 4.x request code's RocketMQ name (an RPC's name passes as it is)."""
+    if isinstance(code, str):
+        return code
+    if code == -1 or not isinstance(code, int):
+        return OTHER
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def response_label(code: object) -> str:
+    if code == -1 or not isinstance(code, int):
+        return OTHER
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def rpc_labels(protocol: str, status_label: Callable[[object], str] = response_label) -> Callable[[object], tuple[str, ...]]:
+    """(protocol, request, code) of a latency histogram's key (request code, response code)."""
+    def labels(key: object) -> tuple[str, ...]:
+        request, response = key  # type: ignore[misc]
+        return protocol, request_label(request), status_label(response)
+    return labels

@@ -1,0 +1,17 @@
+"""A name server's metrics as a scrape reads them: its answers' latency and its route table."""
+
+from __future__ import annotations
+
+from core.metrics.counters import Histogram
+from core.metrics.exposition import Samples
+from core.metrics.labels import REMOTING, rpc_labels
+from core.namesrv.processor import NameServerProcessor
+
+
+def fill_nameserver(processor: NameServerProcessor, latency: Histogram | None, out: Samples) -> None:
+    if latency is not None:
+        out.histogram("rocketmq_rpc_latency_seconds", latency, rpc_labels(REMOTING))
+        out.counts_of("rocketmq_answers_total", latency, rpc_labels(REMOTING))
+    routes = processor.routes
+    out.add("rocketmq_namesrv_brokers", len(getattr(routes, "live", ())))
+    out.add("rocketmq_namesrv_topics", len(getattr(routes, "topics", ())))
