@@ -2,7 +2,8 @@
 
 Where a command lives: node lifecycle (start, stop, restart, status) in ``nodes/commands.py``;
 each admin noun or verb in ``admin/<name>.py`` (topic, cluster, consumer, message, config,
-leader, send, tail); ``bench``, ``chaos``, ``analyze`` and ``dump`` in ``<name>/commands.py``.
+leader, send, tail); ``bench``, ``chaos``, ``analyze``, ``dump`` and ``top`` (with ``metrics``) in
+``<name>/commands.py``.
 Helpers every command shares are in ``common/``. A sub-package imports ``common`` and the ones
 below it in this order: common <- nodes <- admin <- analyze, dump <- bench, chaos.
 """
@@ -33,6 +34,7 @@ from mqctl.common.errors import CliError
 from mqctl.common.root_options import give_every_command_root_options
 from mqctl.dump.commands import dump
 from mqctl.nodes import commands as nodes
+from mqctl.top.commands import metrics_app, top
 
 DEFAULT_CONFIG = Path("conf.toml")
 
@@ -59,6 +61,8 @@ app.add_typer(bench_app, name="bench")
 app.command("chaos")(chaos)
 app.add_typer(config_app, name="config")
 app.add_typer(leader_app, name="leader")
+app.command("top")(top)
+app.add_typer(metrics_app, name="metrics")
 give_every_command_root_options(app)  # -c/--config and -v after any command too
 
 

@@ -25,14 +25,15 @@ ROOM_MAY_IMPORT = {
     "spark": {"formats"},
     "mqctl": {"plugins", "replication", "core", "formats", "spark"},
 }
-# mqctl's sub-packages: common <- nodes <- admin <- analyze, dump <- bench, chaos
+# mqctl's sub-packages: common <- nodes <- admin, top <- analyze, dump <- bench, chaos
 MQCTL_MAY_IMPORT = {
     "common": set(),
     "nodes": {"common"},
     "admin": {"common", "nodes"},
+    "top": {"common", "nodes"},
     "analyze": {"common"},
     "dump": {"common"},
-    "bench": {"common", "nodes", "admin", "analyze"},
+    "bench": {"common", "nodes", "admin", "analyze", "top"},
     "chaos": {"common", "nodes", "admin"},
 }
 MODULE_LINES_MAX = 500
