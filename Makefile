@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the metrics tests run a real Prometheus: Debian's package, unpacked here when the machine has
+# none (no service is installed or started, and no root is needed: apt-get download, dpkg-deb -x)
+PROMETHEUS := $(VENV)/prometheus/usr/bin/prometheus
 
 .PHONY: install run test test-long bench clean
 
@@ -19,7 +22,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade --target $(VENV)/clients/rocketmq5 rocketmq-python-client==5.1.2
 	touch $(STAMP)
 
-install: $(STAMP)
+$(PROMETHEUS): | $(STAMP)
+	@if command -v prometheus >/dev/null 2>&1; then \
+		mkdir -p $(dir $@) && ln -sf "$$(command -v prometheus)" $@; \
+	else \
+		mkdir -p $(VENV)/prometheus && cd $(VENV)/prometheus && \
+		{ apt-get download prometheus 2>/dev/null || { apt-get update -qq && apt-get download prometheus; }; } && \
+		dpkg-deb -x prometheus_*.deb . && rm -f prometheus_*.deb; \
+	fi
+	@test -x $@ && $@ --version | head -1
+
+install: $(STAMP) $(PROMETHEUS)
 
 # Start the default cluster (conf.toml), send three messages, read them back, show status.
 # The cluster keeps running: `.venv/bin/mqctl stop` stops it.
