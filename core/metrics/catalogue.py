@@ -133,3 +133,14 @@ def specs_for(node: NodeKind) -> list[MetricSpec]:
 # without bound. Settable per cluster: [metrics] label_values_max.
 LABEL_VALUES_MAX_DEFAULT = 500
 OTHER = "__other__"
+
+
+def catalogue_table() -> str:
+    """The catalogue as the Markdown table docs/metrics.md shows (a test keeps them equal)."""
+    lines = ["| metric | type | labels (beside cluster, node) | nodes | mirrors |", "|---|---|---|---|---|"]
+    for spec in _SPECS:
+        labels = ", ".join(spec.labels) or "-"
+        nodes = "every node" if spec.nodes == EVERY_NODE else ", ".join(spec.nodes)
+        lines.append(f"| `{spec.name}` | {spec.kind} | {labels} | {nodes} | {spec.mirrors or '-'} |")
+    lines.append(f"| `{'`, `'.join(PROCESS_METRICS)}` | (prometheus_client's process collector) | - | every node | - |")
+    return "\n".join(lines)

@@ -71,11 +71,27 @@ class NodeCollector(Collector):
         return samples.families()
 
 
+class ProcessMetrics(Collector):
+    """prometheus_client's process collector (CPU, memory, descriptors), its samples labelled
+    with cluster and node like every other family here."""
+
+    def __init__(self, cluster: str, node: str) -> None:
+        self._inner = ProcessCollector(registry=None)
+        self._labels = {"cluster": cluster, "node": node}
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._inner.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            for sample in family.samples:
+                labelled.add_sample(sample.name, {**sample.labels, **self._labels}, sample.value)
+            yield labelled
+
+
 def node_registry(kind: NodeKind, cluster: str, node: str, fill: Callable[[Samples], None]) -> CollectorRegistry:
     """A registry with the node's families and the process's CPU, memory and descriptors."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(kind, cluster, node, fill))
-    ProcessCollector(registry=registry)
+    registry.register(ProcessMetrics(cluster, node))
     return registry
 
 
