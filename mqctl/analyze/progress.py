@@ -1,12 +1,16 @@
-"""One self-rewriting progress line on the terminal while Spark runs: the report being computed and
-the tasks of the active stages (from the SparkContext's status tracker)."""
+"""Progress while Spark runs: the report being computed and the tasks of its active stages (from
+the SparkContext's status tracker), drawn by mqctl/common/progress.py. Off a terminal, one
+``running: <report>`` line per report instead."""
 
 from __future__ import annotations
 
 import sys
 import threading
+from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, Self
+
+from mqctl.common.progress import Bar, progress_bar, shown
 
 POLL_S = 0.5
 
@@ -15,15 +19,15 @@ class ProgressLine:
     def __init__(self, spark_context: Any, stream: Any = None) -> None:
         self.sc = spark_context
         self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
-        self.label = ""
+        self.live = shown()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="analyze-progress", daemon=True)
-        self._width = 0
-        self._lock = threading.Lock()  # the poller and the main thread share the line
+        self._stack = ExitStack()
+        self._bar: Bar | None = None
 
     def __enter__(self) -> Self:
         if self.live:
+            self._bar = self._stack.enter_context(progress_bar("analyze", None))
             self._thread.start()
         return self
 
@@ -31,20 +35,17 @@ class ProgressLine:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        self.clear()
+        self._stack.close()
 
     def stage(self, label: str) -> None:
-        self.label = label
-        if not self.live:
+        if self._bar is not None:
+            self._bar.update(description=label, completed=0, total=None)
+        else:
             self.stream.write(f"running: {label}\n")
             self.stream.flush()
 
     def clear(self) -> None:
-        with self._lock:
-            if self.live and self._width:
-                self.stream.write("\r" + " " * self._width + "\r")
-                self.stream.flush()
-                self._width = 0
+        """Nothing to clear: rich keeps the bar below what is printed."""
 
     def _run(self) -> None:
         tracker = self.sc.statusTracker()
@@ -55,8 +56,5 @@ class ProgressLine:
                 if info is not None:
                     done += info.numCompletedTasks
                     total += info.numTasks
-            text = f"{self.label}: tasks {done}/{total}" if total else f"{self.label} ..."
-            with self._lock:
-                self.stream.write("\r" + text.ljust(self._width))
-                self.stream.flush()
-                self._width = max(self._width, len(text))
+            if self._bar is not None:
+                self._bar.update(completed=done, total=total or None)

@@ -38,9 +38,10 @@ class BenchCluster:
     slave: str | None  # None for the single broker
 
 
-def write_config(directory: Path, setup: str) -> Path:
+def write_config(directory: Path, setup: str, *, metrics: bool = True) -> Path:
     """``directory/conf.toml``: one name server and broker group ``bench`` (id 0, and id 1
-    unless ``setup`` is "single") in replication mode ``setup``, data under ``directory``."""
+    unless ``setup`` is "single") in replication mode ``setup``, data under ``directory``;
+    ``metrics``: whether the nodes serve (and count) metrics."""
     if setup not in SETUPS:
         raise CliError(f"unknown setup {setup!r} (setups: {', '.join(SETUPS)})")
     ids = (0,) if setup == "single" else (0, 1)
@@ -58,6 +59,9 @@ index_entries = 2000000
 [replication]
 mode = "{'async' if setup == 'single' else setup}"
 
+[metrics]
+enabled = {'true' if metrics else 'false'}
+
 [[nameservers]]
 name = "ns1"
 listen = "127.0.0.1:{free_port()}"
@@ -67,10 +71,11 @@ listen = "127.0.0.1:{free_port()}"
 
 
 @contextlib.contextmanager
-def running(directory: Path, setup: str, timeout_s: float = START_TIMEOUT_S) -> Iterator[BenchCluster]:
+def running(directory: Path, setup: str, timeout_s: float = START_TIMEOUT_S, *,
+            metrics: bool = True) -> Iterator[BenchCluster]:
     """Start a ``setup`` cluster in ``directory`` (its slave linked to the master); stop every
     node afterwards, brokers first."""
-    path = write_config(directory, setup)
+    path = write_config(directory, setup, metrics=metrics)
     config = load_config(path)
     specs = nodes_of(config)
     brokers = sorted(config.brokers, key=lambda b: b.id)

@@ -30,12 +30,14 @@ from mqctl.bench.analyze import bench_analyze
 from mqctl.bench.clusters import SETUPS
 from mqctl.bench.failover import bench_failover
 from mqctl.bench.grpc_floor import bench_grpc_floor
+from mqctl.bench.metrics_cost import bench_metrics
 from mqctl.bench.proxy_overhead import compare_through_proxy
 from mqctl.bench.rmq5 import bench_grpc
 from mqctl.bench.runs import machine, run_workers
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput, LatencyFault, ViaProxy
+from mqctl.common.progress import progress_bar
 
 
 class SendApi(str, enum.Enum):
@@ -136,6 +138,9 @@ def median(runs: list[Measurement]) -> Measurement:
     """The median run by throughput (robust to this machine's bursts in both directions)."""
     ordered = sorted(runs, key=lambda m: m.records_per_s)
     return ordered[len(ordered) // 2]
+
+
+bench_app.command("metrics")(bench_metrics)
 
 
 @bench_app.command("store")
@@ -420,15 +425,17 @@ def bench_replication(
                                       "batch_max": BATCH_MESSAGES_MAX}
     runs: list[dict[str, object]] = []
     try:
-        for r in range(rounds):
-            for setup in SETUPS:
-                run_dir = base / f"round-{r + 1}-{setup}"
-                run_dir.mkdir()
-                runs.append(_replicated_run(run_dir, setup, r + 1, worker_args, processes))
-                if not keep:
-                    shutil.rmtree(run_dir, ignore_errors=True)
-                if not as_json:
-                    typer.echo(_replication_line(runs[-1]), err=True)
+        with progress_bar("bench replication: runs", rounds * len(SETUPS), quiet=as_json) as bar:
+            for r in range(rounds):
+                for setup in SETUPS:
+                    run_dir = base / f"round-{r + 1}-{setup}"
+                    run_dir.mkdir()
+                    runs.append(_replicated_run(run_dir, setup, r + 1, worker_args, processes))
+                    if not keep:
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                    bar.advance()
+                    if not as_json:
+                        bar.note(_replication_line(runs[-1]))
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -19,6 +19,7 @@ import typer
 from core.config import Config
 from mqctl.bench.runs import machine
 from mqctl.common.context import namesrv_addresses
+from mqctl.common.progress import progress_bar
 
 Run = dict[str, object]
 
@@ -28,13 +29,15 @@ def compare_through_proxy(config: Config, proxy: str, rounds: int, as_json: bool
     """Run ``produce`` (given the name server addresses to use) ``rounds`` times each way."""
     ways = {"direct": namesrv_addresses(config), "proxied": namesrv_addresses(config, proxy)}
     runs: dict[str, list[Run]] = {"direct": [], "proxied": []}
-    for r in range(rounds):
-        for way in (("direct", "proxied") if r % 2 == 0 else ("proxied", "direct")):
-            run = produce(ways[way])
-            runs[way].append(run)
-            if not as_json:
-                typer.echo(f"round {r + 1} {way:<7}: {run['msgs_per_s']:>7,} msgs/s, p50 {run['p50_ms']} ms, "
-                           f"p99 {run['p99_ms']} ms", err=True)
+    with progress_bar("bench produce: runs", 2 * rounds, quiet=as_json) as bar:
+        for r in range(rounds):
+            for way in (("direct", "proxied") if r % 2 == 0 else ("proxied", "direct")):
+                run = produce(ways[way])
+                runs[way].append(run)
+                bar.advance()
+                if not as_json:
+                    bar.note(f"round {r + 1} {way:<7}: {run['msgs_per_s']:>7,} msgs/s, p50 {run['p50_ms']} ms, "
+                             f"p99 {run['p99_ms']} ms")
     ratios = [_rate(p) / _rate(d) if _rate(d) else 0.0 for d, p in zip(runs["direct"], runs["proxied"], strict=True)]
     result: Run = {
         "machine": machine(), "date": time.strftime("%Y-%m-%d"), "rounds": rounds, "proxy": proxy,

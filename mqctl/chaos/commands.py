@@ -37,6 +37,7 @@ from mqctl.chaos.schedule import PlannedFault, parse_faults, plan_faults
 from mqctl.chaos.traffic import SENDERS, History, produce, start_consumer
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput
+from mqctl.common.progress import Bar, progress_bar
 
 DRAIN_TIMEOUT_S = 60.0
 DRAIN_QUIET_S = 15.0  # no delivery for this long ends the drain early
@@ -75,8 +76,9 @@ def chaos(
     root = directory or Path(tempfile.mkdtemp(prefix="mqctl-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
-        with client_log(root / "chaos.log"):
-            found = trio.run(drill, root, mode, kinds, seconds, seed)
+        with client_log(root / "chaos.log"), \
+                progress_bar(f"chaos drill, {mode}", seconds, quiet=as_json) as bar:
+            found = trio.run(drill, root, mode, kinds, seconds, seed, bar)
     except BaseException:
         if directory is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -110,7 +112,8 @@ def client_log(path: Path) -> Iterator[None]:
         handler.close()
 
 
-async def drill(root: Path, mode: str, kinds: tuple[str, ...], seconds: float, seed: int) -> dict[str, Any]:
+async def drill(root: Path, mode: str, kinds: tuple[str, ...], seconds: float, seed: int,
+                bar: Bar | None = None) -> dict[str, Any]:
     cluster = DrillCluster(root, mode)
     plan = plan_faults(seed, kinds, [m.node for m in cluster.members], seconds)
     spans: list[FaultSpan] = []
@@ -128,11 +131,17 @@ async def drill(root: Path, mode: str, kinds: tuple[str, ...], seconds: float, s
                     for sender in range(SENDERS):
                         traffic.start_soon(produce, runtime, history, sending, sender)
                     consumer = await start_consumer(runtime, history)
+                    if bar is not None:
+                        traffic.start_soon(_show_time, bar, history.t0, seconds)
                     for fault in plan:
                         await trio.sleep_until(history.t0 + fault.at)
                         spans.append(await inject(cluster, fault, history))
+                        if bar is not None:
+                            bar.note(f"{spans[-1].started:7.2f} s  {spans[-1].kind} of {spans[-1].target}, healed")
                     await trio.sleep_until(history.t0 + seconds)
                     sending.set()
+                if bar is not None:
+                    bar.update(description="draining: every acknowledged message delivered?")
                 await drain(history)
                 await consumer.stop()
         finally:
@@ -141,6 +150,14 @@ async def drill(root: Path, mode: str, kinds: tuple[str, ...], seconds: float, s
             proxies.cancel_scope.cancel()
     verdict = check_history(history.attempts, history.deliveries, spans)
     return report(mode, seed, kinds, seconds, spans, verdict)
+
+
+async def _show_time(bar: Bar, t0: float, seconds: float) -> None:
+    """The drill's elapsed seconds on its bar, until the faults end."""
+    while (elapsed := trio.current_time() - t0) < seconds:
+        bar.update(completed=elapsed)
+        await trio.sleep(0.5)
+    bar.update(completed=seconds)
 
 
 async def _stop_on_sigterm() -> None:

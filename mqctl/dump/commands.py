@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +13,7 @@ import typer
 
 from mqctl.common.errors import DamageFound
 from mqctl.common.options import JsonOutput
+from mqctl.common.progress import Bar, progress_bar
 from mqctl.dump.source import SourceKind, classify, commitlog_rows, consume_queue_rows
 
 Columns = tuple[tuple[str, int], ...]
@@ -46,27 +48,30 @@ def dump(
     first_damage: dict[str, Any] | None = None
     if not as_json and not verify:
         typer.echo(_header(columns))
-    for row in rows:
-        if "damage" in row:
-            damaged += 1
-            damaged_bytes += row["length"]
-            first_damage = first_damage or row
-            if as_json:
-                typer.echo(json.dumps(row))
-            else:
-                where = f"offset {row['offset']}"
-                tail = " (torn tail: recovery will cut it)" if row.get("at_tail") else ""
-                typer.echo(f"DAMAGE at {where}: {row['damage']}, {row['length']} bytes in {row['segment']}{tail}", err=verify)
-            continue
-        if topic is not None and row.get("topic", topic) != topic:
-            continue
-        records += 1
-        if verify:
-            continue
-        if limit is not None and printed >= limit:
-            break
-        printed += 1
-        typer.echo(json.dumps(row) if as_json else _line(row, columns))
+    # --verify prints nothing until its summary: meanwhile a bar over the bytes read
+    with progress_bar(f"verifying {path.name}", _bytes_in(source), quiet=as_json or not verify) as bar:
+        rows = _advancing(rows, bar)
+        for row in rows:
+            if "damage" in row:
+                damaged += 1
+                damaged_bytes += row["length"]
+                first_damage = first_damage or row
+                if as_json:
+                    typer.echo(json.dumps(row))
+                else:
+                    where = f"offset {row['offset']}"
+                    tail = " (torn tail: recovery will cut it)" if row.get("at_tail") else ""
+                    typer.echo(f"DAMAGE at {where}: {row['damage']}, {row['length']} bytes in {row['segment']}{tail}", err=verify)
+                continue
+            if topic is not None and row.get("topic", topic) != topic:
+                continue
+            records += 1
+            if verify:
+                continue
+            if limit is not None and printed >= limit:
+                break
+            printed += 1
+            typer.echo(json.dumps(row) if as_json else _line(row, columns))
     if verify:
         summary: dict[str, Any] = {"records": records, "damaged_ranges": damaged, "damaged_bytes": damaged_bytes,
                    "ok": damaged == 0}
@@ -99,3 +104,22 @@ def _line(row: dict[str, Any], columns: tuple[tuple[str, int], ...]) -> str:
             value = value[: width - 1] + "…"
         cells.append(value.ljust(width))
     return "  ".join(cells).rstrip()
+
+
+CQ_ENTRY_BYTES = 20
+
+
+def _bytes_in(source: Path) -> int | None:
+    """The bytes --verify reads: the file, or every file under the directory (None for an
+    archive: its records inflate beyond its size)."""
+    if source.suffix == ".zst":
+        return None
+    if source.is_file():
+        return source.stat().st_size
+    return sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
+
+
+def _advancing(rows: Iterator[dict[str, Any]], bar: Bar) -> Iterator[dict[str, Any]]:
+    for row in rows:
+        bar.advance(row.get("size") or row.get("length") or CQ_ENTRY_BYTES)
+        yield row

@@ -19,6 +19,7 @@ from mqctl.common.context import load
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput
 from mqctl.common.output import print_rows
+from mqctl.common.progress import progress_bar
 from mqctl.nodes import replication_view, rolling
 from mqctl.nodes.leadership import group_infos, leader_of
 from mqctl.nodes.port_holders import held_port, listener_of
@@ -181,35 +182,37 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
         if not as_json:
             typer.echo(f"{spec.name.ljust(width)}  {message}")
 
-    for spec in order:
-        broker = config.broker_node(spec.name)
-        role = spec.kind if broker is None else ("master" if broker.is_master else "slave")
-        row: dict[str, Any] = {"node": spec.name, "role": role, "address": spec.listen}
-        if broker is not None and role == "master" and waits_for_slaves:
-            ready = rolling.wait_slaves_caught_up(config, broker, time.monotonic() + timeout)
-            if ready:
-                progress(spec, f"slaves caught up: {', '.join(ready)}")
-        progress(spec, "stopping" if running_pid(config, spec.name) is not None else "not running: starting")
-        row |= _restart_one(config, spec, timeout)
-        progress(spec, f"{row['state']} (pid {row['pid']})")
-        after: dict[str, Any] = {}
-        if spec.kind == "proxy":
-            pass  # a proxy keeps no state: serving again is all
-        elif broker is None:
-            # brokers come back on their next registration: allow one interval beyond the timeout
-            after = rolling.wait_brokers_registered(
-                config, spec, time.monotonic() + timeout + config.broker.register_interval_ms / 1000)
-        elif config.replication.mode == "dledger":
-            after = rolling.wait_raft_caught_up(config, broker, time.monotonic() + timeout)
-        elif waits_for_slaves and role == "slave":
-            after = rolling.wait_caught_up(config, broker, time.monotonic() + timeout)
-        elif waits_for_slaves and rolling.slaves_of(config, broker):
-            after = rolling.wait_slaves_connected(config, broker, time.monotonic() + timeout)
-        if after:
-            progress(spec, after["note"])
-        row |= after
-        if as_json:
-            typer.echo(json.dumps(row))
+    with progress_bar("rolling restart", len(order), quiet=as_json) as bar:  # the lines print above it
+        for spec in order:
+            broker = config.broker_node(spec.name)
+            role = spec.kind if broker is None else ("master" if broker.is_master else "slave")
+            row: dict[str, Any] = {"node": spec.name, "role": role, "address": spec.listen}
+            if broker is not None and role == "master" and waits_for_slaves:
+                ready = rolling.wait_slaves_caught_up(config, broker, time.monotonic() + timeout)
+                if ready:
+                    progress(spec, f"slaves caught up: {', '.join(ready)}")
+            progress(spec, "stopping" if running_pid(config, spec.name) is not None else "not running: starting")
+            row |= _restart_one(config, spec, timeout)
+            progress(spec, f"{row['state']} (pid {row['pid']})")
+            after: dict[str, Any] = {}
+            if spec.kind == "proxy":
+                pass  # a proxy keeps no state: serving again is all
+            elif broker is None:
+                # brokers come back on their next registration: allow one interval beyond the timeout
+                after = rolling.wait_brokers_registered(
+                    config, spec, time.monotonic() + timeout + config.broker.register_interval_ms / 1000)
+            elif config.replication.mode == "dledger":
+                after = rolling.wait_raft_caught_up(config, broker, time.monotonic() + timeout)
+            elif waits_for_slaves and role == "slave":
+                after = rolling.wait_caught_up(config, broker, time.monotonic() + timeout)
+            elif waits_for_slaves and rolling.slaves_of(config, broker):
+                after = rolling.wait_slaves_connected(config, broker, time.monotonic() + timeout)
+            if after:
+                progress(spec, after["note"])
+            row |= after
+            if as_json:
+                typer.echo(json.dumps(row))
+            bar.advance()
 
 
 def _switch_to_raft(config: Config, timeout_s: float, as_json: bool) -> bool:
