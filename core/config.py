@@ -383,16 +383,18 @@ class Config:
         return proxy.doors(self.broker_groups)
 
     def listens_of(self, name: str) -> list[str]:
-        """Every address node ``name`` listens on: a broker's HA port (its port + 1) and a
-        proxy's doors too. Empty for an unknown node."""
+        """Every address node ``name`` listens on: a broker's HA port (its port + 1), a
+        proxy's doors, and a fixed metrics port too. Empty for an unknown node."""
+        metrics = self.metrics_listen_of(name)
+        fixed = [metrics] if self.metrics.enabled and metrics and not metrics.endswith(":0") else []
         if (ns := self.nameserver(name)) is not None:
-            return [ns.listen]
+            return [ns.listen, *fixed]
         if (broker := self.broker_node(name)) is not None:
             host, _, port = broker.listen.rpartition(":")
-            return [broker.listen] if port == "0" else [broker.listen, f"{host}:{int(port) + 1}"]
+            return ([broker.listen] if port == "0" else [broker.listen, f"{host}:{int(port) + 1}"]) + fixed
         if (proxy := self.proxy_node(name)) is not None:
             doors = [listen for listen, _ in self.proxy_doors(proxy).values()]
-            return [proxy.listen, *doors] + ([proxy.grpc_listen] if proxy.grpc_listen else [])
+            return [proxy.listen, *doors] + ([proxy.grpc_listen] if proxy.grpc_listen else []) + fixed
         return []
 
     def metrics_listen_of(self, name: str) -> str:
@@ -465,6 +467,8 @@ def parse_config(raw: dict[str, Any], source: Path | None = None) -> Config:
     listens = [ns.listen for ns in config.nameservers] + [b.listen for b in config.brokers]
     for proxy in config.proxies:
         listens += config.listens_of(proxy.name)
+    listens += [n.metrics_listen for n in (*config.nameservers, *config.brokers)
+                if n.metrics_listen and not n.metrics_listen.endswith(":0")]  # a proxy's: in listens_of
     taken = sorted({a for a in listens if listens.count(a) > 1})
     if taken:
         raise ConfigError(f"listen addresses used twice (a proxy's doors take the ports after its own): {', '.join(taken)}")

@@ -40,3 +40,22 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("[store\n")
     with pytest.raises(ConfigError, match="bad.toml"):
         load_config(bad)
+
+
+def test_metrics_listen_defaults_to_a_free_port_on_the_node_s_host_and_is_checked():
+    raw = {"nameservers": [{"name": "ns1", "listen": "127.0.0.5:9876"}],
+           "brokers": [{"name": "b", "listen": "127.0.0.6:10911", "metrics_listen": "127.0.0.6:5557"}]}
+    config = parse_config(raw)
+    assert config.metrics.enabled and config.metrics.label_values_max == 500
+    assert config.metrics_listen_of("ns1") == "127.0.0.5:0"
+    assert config.metrics_listen_of("b-0") == "127.0.0.6:5557"
+    assert "127.0.0.6:5557" in config.listens_of("b-0")  # mqctl start checks it is free
+    with pytest.raises(ConfigError, match="metrics_listen must be host:port"):
+        parse_config({"brokers": [{"name": "b", "metrics_listen": "nowhere"}]})
+    with pytest.raises(ConfigError, match="used twice"):
+        parse_config({"nameservers": [{"name": "ns1", "listen": "127.0.0.1:9876"}],
+                      "brokers": [{"name": "b", "metrics_listen": "127.0.0.1:9876"}]})
+    with pytest.raises(ConfigError, match="label_values_max"):
+        parse_config({"metrics": {"label_values_max": 0}})
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) in \[metrics\]"):
+        parse_config({"metrics": {"port": 1}})
