@@ -398,11 +398,9 @@ class Config:
         return []
 
     def metrics_listen_of(self, name: str) -> str:
-        """Where node ``name`` serves metrics: its ``metrics_listen``, else its host, port 0."""
+        """Where node ``name`` serves metrics (see :func:`metrics_listen`); "" if unknown."""
         node = self.nameserver(name) or self.broker_node(name) or self.proxy_node(name)
-        if node is None:
-            return ""
-        return node.metrics_listen or f"{node.listen.rpartition(':')[0]}:0"
+        return "" if node is None else metrics_listen(node)
 
     def nameserver(self, name: str) -> NameServerNode | None:
         return next((ns for ns in self.nameservers if ns.name == name), None)
@@ -424,6 +422,11 @@ class Config:
         if not path.is_absolute() and self.source is not None:
             path = self.source.parent / path
         return path
+
+
+def metrics_listen(node: NameServerNode | BrokerNode | ProxyNode) -> str:
+    """Where ``node`` serves metrics: its ``metrics_listen``, else its listen host, port 0."""
+    return node.metrics_listen or f"{node.listen.rpartition(':')[0]}:0"
 
 
 def _section(cls: type, raw: Any, name: str) -> Any:

@@ -16,7 +16,7 @@ from core.broker.registration import registration_loop, unregister_all
 from core.broker.request_table import HANDLERS
 from core.broker.slave_sync import slave_sync_loop
 from core.broker.topic_queues import TopicQueues
-from core.config import BrokerNode, Config
+from core.config import BrokerNode, Config, metrics_listen
 from core.errors import ConfigError
 from core.metrics.exposition import node_registry
 from core.metrics.http import address_file, serve_node_metrics
@@ -70,7 +70,7 @@ async def serve_broker(
                         nursery.start_soon(keep_acl_current, broker.acl)
                     if config.metrics.enabled:
                         registry = node_registry("broker", broker.cluster, node.node, lambda out: fill_broker(broker, out))
-                        await nursery.start(serve_node_metrics, registry, config.metrics_listen_of(node.node),
+                        await nursery.start(serve_node_metrics, registry, metrics_listen(node),
                                             address_file(data_dir, node.node))
                     log.info("broker %s listening on %s", node.node, broker.address)
                     served = True

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from core.config import Config, NameServerNode
+from core.config import Config, NameServerNode, metrics_listen
 from core.errors import CoreError
 from core.metrics.counters import Histogram
 from core.metrics.exposition import node_registry
@@ -41,7 +41,7 @@ async def serve_nameserver(
         if config.metrics.enabled:
             registry = node_registry("nameserver", config.cluster.name, node.name,
                                      lambda out: fill_nameserver(processor, latency, out))
-            await nursery.start(serve_node_metrics, registry, config.metrics_listen_of(node.name),
+            await nursery.start(serve_node_metrics, registry, metrics_listen(node),
                                 address_file(data_dir, node.name))
         log.info("name server %s listening on %s:%d", node.name, host, bound)
         task_status.started(bound)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import trio
 
 from core.acl.file import AclFile, keep_acl_current
-from core.config import Config, ProxyNode
+from core.config import Config, ProxyNode, metrics_listen
 from core.metrics.exposition import node_registry
 from core.metrics.http import address_file, serve_node_metrics
 from core.plugin_manager import PluginHost
@@ -72,6 +72,6 @@ async def serve_proxy(
         if config.metrics.enabled:
             parts = ProxyParts(meters, forwarder, front, service)
             registry = node_registry("proxy", config.cluster.name, node.name, lambda out: fill_proxy(parts, out))
-            await nursery.start(serve_node_metrics, registry, config.metrics_listen_of(node.name),
+            await nursery.start(serve_node_metrics, registry, metrics_listen(node),
                                 address_file(config.data_dir, node.name))
         task_status.started(bound)
