@@ -14,21 +14,18 @@ GRPC = "grpc"
 
 def request_label(code: object) -> str:
     """A 4.x request code's RocketMQ name (an RPC's name passes as it is)."""
-    if isinstance(code, str):
-        return code
-    if code == -1 or not isinstance(code, int):
-        return OTHER
-    try:
-        return RequestCode(code).name
-    except ValueError:
-        return str(code)
+    return code if isinstance(code, str) else _name(RequestCode, code)
 
 
 def response_label(code: object) -> str:
+    return _name(ResponseCode, code)
+
+
+def _name(codes: type[RequestCode] | type[ResponseCode], code: object) -> str:
     if code == -1 or not isinstance(code, int):
         return OTHER
     try:
-        return ResponseCode(code).name
+        return codes(code).name
     except ValueError:
         return str(code)
 

@@ -132,3 +132,16 @@ def test_bench_produce_compares_a_proxy_with_sending_directly(tmp_path, subproce
     with running_cluster(alone, subprocess_env) as cluster:
         refused = cluster.mqctl("bench", "produce", "--compare-proxy")
         assert refused.returncode != 0 and "has no [[proxies]]" in refused.stderr
+
+
+def test_bench_metrics_compares_metrics_off_with_on_and_scraped(tmp_path, subprocess_env):
+    done = subprocess.run([sys.executable, "-m", "mqctl", "bench", "metrics", "--messages", "500", "--rounds", "1",
+                           "--json"], capture_output=True, text=True, env=subprocess_env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    runs = {run["metrics"]: run for run in result["runs"]}
+    assert set(runs) == {"off", "on"} and all(run["messages"] == 500 for run in runs.values())
+    assert runs["on"]["scrapes"] >= 2 and runs["on"]["scrape_failures"] == 0  # both nodes, scraped for real
+    assert "scrapes" not in runs["off"]
+    assert {"ns1", "bench-0", "clients"} <= set(result["off"]["cpu_us_per_msg"])
+    assert 0 < result["ratio"] == result["round_ratios"][0]
