@@ -124,3 +124,36 @@ def test_dump_reads_a_live_store_without_disturbing_it(tmp_path, subprocess_env)
     finally:
         writer.send_signal(signal.SIGTERM)
         writer.wait(timeout=30)
+
+
+def _in_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run ``args`` with a pseudo-terminal as stdout and stderr: (exit status, what it drew)."""
+    import os
+    import pty
+
+    parent, child = pty.openpty()
+    proc = subprocess.Popen(args, stdout=child, stderr=child, stdin=subprocess.DEVNULL,
+                            env=dict(env, COLUMNS="120", TERM="xterm"))
+    os.close(child)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(parent, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(parent)
+    return proc.wait(timeout=60), drawn.decode(errors="replace")
+
+
+def test_verify_draws_a_progress_bar_in_a_terminal_and_none_in_a_pipe(store_dir, subprocess_env):
+    status, drawn = _in_a_terminal([sys.executable, "-m", "mqctl", "dump", str(store_dir / "commitlog"), "--verify"],
+                                   subprocess_env)
+    assert status == 0, drawn
+    assert "verifying commitlog" in drawn and "━" in drawn  # rich's bar, then erased
+    assert "verified 120 records: OK" in drawn
+    piped = mqctl("dump", str(store_dir / "commitlog"), "--verify", env=subprocess_env)
+    assert piped.returncode == 0 and "\x1b" not in piped.stdout + piped.stderr
+    assert piped.stdout.strip() == "verified 120 records: OK"
