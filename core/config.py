@@ -425,8 +425,13 @@ class Config:
 
 
 def metrics_listen(node: NameServerNode | BrokerNode | ProxyNode) -> str:
-    """Where ``node`` serves metrics: its ``metrics_listen``, else its listen host, port 0."""
-    return node.metrics_listen or f"{node.listen.rpartition(':')[0]}:0"
+    """Where ``node`` serves metrics: its ``metrics_listen``, else its listen host, port 0. A
+    node listening on every address serves metrics on loopback only unless told otherwise: the
+    endpoint has no access control, and names every topic and group."""
+    if node.metrics_listen:
+        return node.metrics_listen
+    host = node.listen.rpartition(":")[0]
+    return f"{'127.0.0.1' if host in ('0.0.0.0', '::', '[::]', '') else host}:0"
 
 
 def _section(cls: type, raw: Any, name: str) -> Any:

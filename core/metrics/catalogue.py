@@ -54,7 +54,7 @@ _SPECS = (
     # broker: traffic
     MetricSpec("rocketmq_messages_in_total", "counter", "Messages stored from producers, by topic",
                ("topic",), BROKER, "RocketMQ 5: rocketmq_messages_in_total; exporter: rocketmq_producer_tps"),
-    MetricSpec("rocketmq_messages_in_bytes_total", "counter", "Body bytes stored from producers, by topic",
+    MetricSpec("rocketmq_messages_in_bytes_total", "counter", "Body bytes producers sent (a batch's whole body), by topic",
                ("topic",), BROKER, "RocketMQ 5: rocketmq_throughput_in_total; exporter: rocketmq_producer_message_size"),
     MetricSpec("rocketmq_messages_out_total", "counter", "Messages delivered to consumers (pull and POP), by topic and group",
                ("topic", "group"), BROKER, "RocketMQ 5: rocketmq_messages_out_total; exporter: rocketmq_consumer_tps"),
@@ -81,7 +81,7 @@ _SPECS = (
     # broker: replication
     MetricSpec("rocketmq_replication_mode_info", "gauge", "1, with the group's replication mode and this member's role",
                ("mode", "role"), BROKER),
-    MetricSpec("rocketmq_replication_slaves_connected", "gauge", "Slaves (or raft followers) connected to this master",
+    MetricSpec("rocketmq_replication_slaves_connected", "gauge", "Slaves connected to this master (async and sync modes; raft: see the raft metrics)",
                (), BROKER),
     MetricSpec("rocketmq_replication_lag_bytes", "gauge", "Log bytes a slave has not acknowledged, by slave",
                ("slave",), BROKER, "exporter: rocketmq_brokeruntime_commitlog_diff (per slave)"),

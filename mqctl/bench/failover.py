@@ -34,6 +34,7 @@ from mqctl.common.context import load
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput
 from mqctl.common.output import print_rows
+from mqctl.common.progress import Bar, progress_bar
 from mqctl.nodes.commands import start_nodes
 from mqctl.nodes.leadership import caught_up_with_leader, leader_of
 from mqctl.nodes.processes import nodes_of, running_pid
@@ -101,7 +102,7 @@ async def _produce(namesrv: list[str], topic: str, body_size: int, tally: Tally,
 
 
 async def _drill(config: Config, members: list[BrokerNode], kills_wanted: int, tally: Tally, kills: list[Kill],
-                 warmup: int) -> None:
+                 warmup: int, bar: Bar) -> None:
     for _ in range(kills_wanted):
         with trio.fail_after(RESTART_TIMEOUT_S):
             while len(tally.acked) < warmup * (len(kills) + 1):
@@ -133,6 +134,7 @@ async def _drill(config: Config, members: list[BrokerNode], kills_wanted: int, t
         await trio.to_thread.run_sync(
             start_nodes, config, nodes_of(config, [leader]), time.monotonic() + RESTART_TIMEOUT_S)
         await _wait_caught_up(members, leader)
+        bar.advance()
 
 
 async def _wait_caught_up(members: list[BrokerNode], node: str) -> None:
@@ -169,7 +171,7 @@ def bench_failover(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_produce, config.namesrv_addresses, topic, body_size, tally, done, stop)
             try:
-                await _drill(config, members, kills, tally, done, warmup)
+                await _drill(config, members, kills, tally, done, warmup, bar)
                 acked = len(tally.acked)
                 with trio.fail_after(RESTART_TIMEOUT_S):
                     while len(tally.acked) < acked + warmup:  # sends go on after the last restart
@@ -177,7 +179,8 @@ def bench_failover(
             finally:
                 stop.set()
 
-    trio.run(main)
+    with progress_bar("bench failover: leaders killed", kills, quiet=as_json) as bar:
+        trio.run(main)
     if record is not None:
         record.write_text("".join(json.dumps(row) + "\n" for row in tally.acked))
     rows = [{"kill": i + 1, **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(k).items()

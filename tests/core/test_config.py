@@ -48,6 +48,8 @@ def test_metrics_listen_defaults_to_a_free_port_on_the_node_s_host_and_is_checke
     config = parse_config(raw)
     assert config.metrics.enabled and config.metrics.label_values_max == 500
     assert config.metrics_listen_of("ns1") == "127.0.0.5:0"
+    wild = parse_config({"brokers": [{"name": "w", "listen": "0.0.0.0:10911"}]})
+    assert wild.metrics_listen_of("w-0") == "127.0.0.1:0"  # not exposed unless asked for
     assert config.metrics_listen_of("b-0") == "127.0.0.6:5557"
     assert "127.0.0.6:5557" in config.listens_of("b-0")  # mqctl start checks it is free
     with pytest.raises(ConfigError, match="metrics_listen must be host:port"):
