@@ -475,8 +475,8 @@ def parse_config(raw: dict[str, Any], source: Path | None = None) -> Config:
     listens = [ns.listen for ns in config.nameservers] + [b.listen for b in config.brokers]
     for proxy in config.proxies:
         listens += config.listens_of(proxy.name)
-    listens += [n.metrics_listen for n in (*config.nameservers, *config.brokers)
-                if n.metrics_listen and not n.metrics_listen.endswith(":0")]  # a proxy's: in listens_of
+    fixed = [n.metrics_listen for n in config.nameservers] + [b.metrics_listen for b in config.brokers]
+    listens += [m for m in fixed if m and not m.endswith(":0")]  # a proxy's is in listens_of
     taken = sorted({a for a in listens if listens.count(a) > 1})
     if taken:
         raise ConfigError(f"listen addresses used twice (a proxy's doors take the ports after its own): {', '.join(taken)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from core.broker.consumer_admin import store_time
 from core.metrics.exposition import Samples
@@ -46,7 +46,7 @@ def fill_broker(broker: Broker, out: Samples) -> None:
 
 
 def _pair(key: Hashable) -> tuple[str, str]:
-    first, second = key  # type: ignore[misc]
+    first, second = cast(tuple[object, object], key)
     return str(first), str(second)
 
 

@@ -4,6 +4,7 @@ the capped rest as OTHER."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from core.metrics.catalogue import OTHER
 from core.remoting.codes import RequestCode, ResponseCode
@@ -33,6 +34,6 @@ def _name(codes: type[RequestCode] | type[ResponseCode], code: object) -> str:
 def rpc_labels(protocol: str, status_label: Callable[[object], str] = response_label) -> Callable[[object], tuple[str, ...]]:
     """(protocol, request, code) of a latency histogram's key (request code, response code)."""
     def labels(key: object) -> tuple[str, ...]:
-        request, response = key  # type: ignore[misc]
+        request, response = cast(tuple[object, object], key)
         return protocol, request_label(request), status_label(response)
     return labels

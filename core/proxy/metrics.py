@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from core.metrics.exposition import Samples
 from core.metrics.labels import GRPC, REMOTING, rpc_labels
@@ -39,7 +40,7 @@ def fill_proxy(parts: ProxyParts, out: Samples) -> None:
     refusals = {str(name): row[0] for name, row in meters.acl_refusals.items()}
     if meters.grpc is not None:  # a 5.x refusal is an answer with an access-control status
         for key, row in meters.grpc.items():
-            rpc, code = key  # type: ignore[misc]
+            rpc, code = cast(tuple[str, int], key)
             if grpc_code_label(code) in ACL_CODES:
                 refusals[str(rpc)] = refusals.get(str(rpc), 0) + int(sum(row[:-1]))
     for name, count in refusals.items():
