@@ -21,7 +21,6 @@ from mqctl.bench import clusters as bench_clusters
 from mqctl.bench.runs import machine, run_workers
 from mqctl.common.options import JsonOutput
 from mqctl.common.progress import progress_bar
-from mqctl.top.scrape import scrape, targets
 
 Run = dict[str, object]
 SCRAPE_INTERVAL_S = 1.0
@@ -32,6 +31,8 @@ class Scraper:
     """Scrapes every node of a cluster each second on a thread, as a Prometheus would."""
 
     def __init__(self, cluster: bench_clusters.BenchCluster) -> None:
+        from mqctl.top.scrape import targets  # prometheus_client's parser: loaded for this bench only
+
         self._found = targets(cluster.config)
         self._stop = threading.Event()
         self.scrapes = 0
@@ -47,6 +48,8 @@ class Scraper:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
+        from mqctl.top.scrape import scrape
+
         while not self._stop.is_set():
             for target in self._found:
                 got = scrape(target)

@@ -6,19 +6,23 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
 
 from core.config import Config
 from mqctl.common.context import load
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput
-from mqctl.top.scrape import Scrape, scrape, targets
-from mqctl.top.view import snapshot
+
+if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.table import Table
+
+    from mqctl.top.scrape import Scrape
+
+# rich's live view and prometheus_client's parser load when a command here runs: every other
+# mqctl command starts without them
 
 metrics_app = typer.Typer(help="The nodes' Prometheus metrics endpoints.", no_args_is_help=True)
 
@@ -27,6 +31,8 @@ Interval = Annotated[float, typer.Option("--interval", "-i", help="Seconds betwe
 
 
 def _scrape_all(config: Config) -> list[Scrape]:
+    from mqctl.top.scrape import scrape, targets
+
     found = targets(config)
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(found)))) as pool:
         return list(pool.map(scrape, found))
@@ -41,6 +47,11 @@ def top(
     """A live view of the cluster: message rates per topic, lag per group, replication, raft
     roles and proxy failovers, read from every node's metrics endpoint and refreshed in place.
     --json prints one snapshot (rates over --interval) and exits."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from mqctl.top.view import snapshot
+
     config = load(ctx)
     if not config.metrics.enabled:
         raise CliError("[metrics] enabled = false in this config: the nodes serve no metrics to read")
@@ -66,6 +77,7 @@ def top(
 
 def render(view: dict[str, Any]) -> Group:
     """The snapshot as tables."""
+    from rich.console import Group
     topics = _table("Topics", ("topic", "in/s", "stored", "out/s"))
     for row in view["topics"]:
         topics.add_row(row["topic"], f"{row['in_per_s']:.1f}", f"{row['in_total']:.0f}", f"{row['out_per_s']:.1f}")
@@ -90,6 +102,8 @@ def render(view: dict[str, Any]) -> Group:
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left", expand=False)
     for column in columns:
         table.add_column(column, justify="left" if column in ("topic", "group", "node", "mode", "role", "kind", "up")
@@ -101,6 +115,8 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
 def metrics_targets(ctx: typer.Context) -> None:
     """The running nodes' metrics addresses as Prometheus file_sd targets (JSON), labelled with
     cluster, node and kind: point a file_sd_configs entry at the file this writes."""
+    from mqctl.top.scrape import targets
+
     config = load(ctx)
     found = [t for t in targets(config) if t.address]
     if not found:
