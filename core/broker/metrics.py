@@ -62,7 +62,7 @@ def _store(broker: Broker, out: Samples) -> None:
 def _replication(broker: Broker, out: Samples) -> None:
     state = broker.replication.metrics()
     out.add("rocketmq_replication_mode_info", 1, broker.replication_mode, state.role)
-    out.add("rocketmq_replication_slaves_connected", len(state.replicas))
+    out.add("rocketmq_replication_slaves_connected", state.slaves_connected)
     for replica in state.replicas:
         out.add("rocketmq_replication_lag_bytes", replica.lag_bytes, replica.peer)
         out.add("rocketmq_replication_lag_seconds", replica.lag_seconds, replica.peer)

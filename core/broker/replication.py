@@ -45,8 +45,13 @@ class ReplicationMetrics:
     """What the metrics endpoint shows of a node's replication."""
 
     role: str  # master, slave; leader, candidate, follower under raft
-    replicas: tuple[ReplicaLag, ...] = ()  # a master's connected slaves (raft: followers)
+    replicas: tuple[ReplicaLag, ...] = ()  # a master's connected slaves; a raft leader's followers
     raft: RaftProgress | None = None
+
+    @property
+    def slaves_connected(self) -> int:
+        """Connected slaves (master-slave modes; a raft leader lists every follower, reachable or not)."""
+        return 0 if self.raft is not None else len(self.replicas)
 
 
 class Replication(Protocol):

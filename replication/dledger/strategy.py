@@ -14,13 +14,16 @@ from its ConsumeQueues.
 from __future__ import annotations
 
 import logging
+import time
 
 import orjson
 import trio
 
-from core.broker.replication import RaftProgress, Replicated, ReplicationMetrics
+from core.broker.replication import RaftProgress, ReplicaLag, Replicated, ReplicationMetrics
 from core.config import BrokerNode, Config
 from core.remoting.client import split_address
+from formats import dledger
+from formats.errors import FormatError
 from replication.dledger.driver import RaftDriver
 from replication.dledger.raft_node import RaftSettings, Role
 from replication.dledger.store import DLedgerMessageStore
@@ -127,10 +130,30 @@ class DLedgerReplication:
 
     def metrics(self) -> ReplicationMetrics:
         driver, node = self.driver, self.driver.node
-        role = driver.role.value
         raft = RaftProgress(driver.term, driver.commit_index, self.store.committed_index,
                             self.store.raft_log.last_index, node.elections_started if node is not None else 0)
-        return ReplicationMetrics(role, raft=raft)
+        followers: tuple[ReplicaLag, ...] = ()
+        if self._leading and node is not None:  # only a leader knows what its followers hold
+            now_ms = time.time_ns() // 1_000_000
+            followers = tuple(self._follower_lag(peer, mark, now_ms)
+                              for peer, mark in sorted(node.watermarks().items()) if peer != driver.id)
+        return ReplicationMetrics(driver.role.value, followers, raft)
+
+    def _follower_lag(self, peer: str, holds: int, now_ms: int) -> ReplicaLag:
+        """How far a follower that holds entries up to ``holds`` is behind: the log bytes after
+        them, and the age of the first entry it lacks (its record's store time)."""
+        log = self.store.raft_log
+        if holds >= log.last_index:
+            return ReplicaLag(peer, 0, 0.0)
+        start = log.position(holds + 1)
+        if start is None:
+            return ReplicaLag(peer, 0, 0.0)
+        lag_bytes = max(0, self.store.commitlog.write_offset - start)
+        try:
+            stamp = self.store.read_record(start + dledger.HEADER_SIZE).store_timestamp
+        except (KeyError, FormatError):  # a no-op entry, or one retired meanwhile
+            stamp = now_ms
+        return ReplicaLag(peer, lag_bytes, max(0, now_ms - stamp) / 1000)
 
     # ------------------------------------------------------------------ roles
 

@@ -70,11 +70,30 @@ def test_prometheus_sees_the_traffic_the_lag_the_elections_and_the_failovers(tmp
             prom.wait_value(lag, lambda v: v == 0, 20, "no lag once everything is consumed")
             prom.wait_value(f'sum(rocketmq_messages_out_total{{topic="{TOPIC}",group="{GROUP}"}})',
                             lambda v: v >= total, 20, "the brokers' count of messages out")
+            # the leader's view of its two followers: they hold everything once sends stop
+            prom.wait_value("count(rocketmq_replication_lag_bytes)", lambda v: v == 2, 20, "two followers' lag")
+            prom.wait_value("max(rocketmq_replication_lag_bytes) + max(rocketmq_replication_lag_seconds)",
+                            lambda v: v == 0, 20, "the followers caught up")
+            # a follower paused (SIGSTOP) falls behind while the other two commit; resumed, it catches up
+            leader = wait_for(lambda: leader_of(group_infos(config, "broker-a")), 30, "a raft leader")
+            follower = next(b.node for b in config.brokers if b.node != leader)
+            follower_pid = running_pid(config, follower)
+            assert follower_pid is not None
+            os.kill(follower_pid, signal.SIGSTOP)
+            try:
+                more = cluster.mqctl("send", TOPIC, "while paused", "--count", "5", "--proxy", "proxy1")
+                assert more.returncode == 0, more.stderr
+                behind = f'max(rocketmq_replication_lag_bytes{{slave="{follower}"}})'
+                prom.wait_value(behind, lambda v: v > 0, 20, "the paused follower's lag in bytes")
+                prom.wait_value(f'max(rocketmq_replication_lag_seconds{{slave="{follower}"}})', lambda v: v > 0, 20,
+                                "the paused follower's lag in seconds")
+            finally:
+                os.kill(follower_pid, signal.SIGCONT)
+            prom.wait_value(behind, lambda v: v == 0, 30, "the resumed follower caught up")
             # a leader kill: a new term, and the proxy sees the group's master change
             term = prom.wait_value("max(rocketmq_raft_term)", lambda v: v >= 1, 20, "a raft term")
             failovers = prom.value('sum(rocketmq_proxy_failovers_total{group="broker-a"})')
             assert failovers == 0
-            leader = wait_for(lambda: leader_of(group_infos(config, "broker-a")), 30, "a raft leader")
             pid = running_pid(config, str(leader))
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
