@@ -18,6 +18,8 @@ from core.metrics.labels import REMOTING, request_label, rpc_labels
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
+LAG_READS_MAX = 2000  # records a scrape reads for the age of groups' lag
+
 
 def fill_broker(broker: Broker, out: Samples) -> None:
     """Everything a broker exports, read now."""
@@ -79,21 +81,28 @@ def _replication(broker: Broker, out: Samples) -> None:
 
 def _lag(broker: Broker, out: Samples, keys_max: int) -> None:
     """Per group, topic and queue: messages stored beyond the group's committed offset; per
-    group and topic, the age of the oldest of them (one record read per lagging queue)."""
+    group and topic, the age of the oldest of them (one record read per lagging queue, at most
+    LAG_READS_MAX a scrape: the scrape runs on the broker's loop)."""
     store, now_ms = broker.store, time.time_ns() // 1_000_000
+    reads_left = LAG_READS_MAX
     for pairs, (key, queues) in enumerate(list(broker.offsets.table.items())):
         if pairs >= keys_max:
             break
         topic, _, group = key.partition("@")
-        oldest_ms = now_ms
+        oldest_ms: int | None = now_ms
         for queue_id, committed in list(queues.items()):
             lag = max(0, store.max_queue_offset(topic, queue_id) - max(committed, 0))
             out.add("rocketmq_consumer_lag_messages", lag, group, topic, str(queue_id))
-            if lag:
+            if lag and oldest_ms is not None:
+                if reads_left <= 0:
+                    oldest_ms = None  # not known this scrape: no sample rather than a wrong one
+                    continue
+                reads_left -= 1
                 stamp = store_time(broker, topic, queue_id, max(committed, 0))
                 if stamp:
                     oldest_ms = min(oldest_ms, stamp)
-        out.add("rocketmq_consumer_lag_seconds", max(0, now_ms - oldest_ms) / 1000, group, topic)
+        if oldest_ms is not None:
+            out.add("rocketmq_consumer_lag_seconds", max(0, now_ms - oldest_ms) / 1000, group, topic)
 
 
 def _pop_inflight(broker: Broker, out: Samples, keys_max: int) -> None:
