@@ -34,6 +34,7 @@ from mqctl.bench.metrics_cost import bench_metrics
 from mqctl.bench.proxy_overhead import compare_through_proxy
 from mqctl.bench.rmq5 import bench_grpc
 from mqctl.bench.runs import machine, run_workers
+from mqctl.bench.topics import bench_topics
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput, LatencyFault, ViaProxy
@@ -47,6 +48,8 @@ class SendApi(str, enum.Enum):
 
 bench_app = typer.Typer(help="Benchmarks (results belong in docs/benchmarks.md).", no_args_is_help=True)
 bench_app.command("failover")(bench_failover)
+bench_app.command("metrics")(bench_metrics)
+bench_app.command("topics")(bench_topics)
 bench_app.command("analyze")(bench_analyze)
 bench_app.command("grpc")(bench_grpc)
 bench_app.command("grpc-floor")(bench_grpc_floor)
@@ -138,9 +141,6 @@ def median(runs: list[Measurement]) -> Measurement:
     """The median run by throughput (robust to this machine's bursts in both directions)."""
     ordered = sorted(runs, key=lambda m: m.records_per_s)
     return ordered[len(ordered) // 2]
-
-
-bench_app.command("metrics")(bench_metrics)
 
 
 @bench_app.command("store")
