@@ -86,8 +86,9 @@ class NameServerProcessor:
             cluster=ext["clusterName"], broker_name=ext["brokerName"], broker_addr=ext["brokerAddr"],
             broker_id=broker_id, ha_addr=ext.get("haServerAddr", ""), topic_configs=topics,
             data_version=version, now_ms=self.clock(), connection=conn,
+            incremental=ext.get("incremental") == "true",
         )
-        out = {}
+        out = {"wantFull": "true"} if result.want_full else {}
         if result.master_addr:
             out["masterAddr"] = result.master_addr
         if result.ha_addr:

@@ -60,6 +60,7 @@ class Registration:
 
     master_addr: str | None
     ha_addr: str | None
+    want_full: bool = False  # an increment from a broker not known here: send every topic
 
 
 class RouteTable:
@@ -77,8 +78,13 @@ class RouteTable:
     def register(
         self, *, cluster: str, broker_name: str, broker_addr: str, broker_id: int, ha_addr: str,
         topic_configs: dict[str, dict[str, Any]], data_version: dict[str, Any], now_ms: int,
-        connection: object | None = None,
+        connection: object | None = None, incremental: bool = False,
     ) -> Registration:
+        """Record a broker's registration. ``incremental``: ``topic_configs`` holds only the
+        topics that changed: they are set and the others kept, and the broker's data version is
+        not taken, so its next whole registration replaces its topics (an increment lost on the
+        way is made good then). An increment from a broker not known here is answered
+        ``want_full``."""
         self.clusters.setdefault(cluster, set()).add(broker_name)
         data = self.brokers.get(broker_name)
         if data is None:
@@ -90,20 +96,30 @@ class RouteTable:
         first = data.addrs.get(broker_id) != broker_addr
         data.addrs[broker_id] = broker_addr
         previous = self.live.get(broker_addr)
-        changed = first or previous is None or previous.data_version != data_version
-        if broker_id == MASTER_ID and changed:
-            self._replace_queue_data(broker_name, topic_configs)
-        self.live[broker_addr] = LiveBroker(now_ms, dict(data_version), ha_addr, connection)
+        unknown = first or previous is None
+        if incremental:
+            if broker_id == MASTER_ID:
+                self._put_queue_data(broker_name, topic_configs)
+            kept = {} if previous is None else previous.data_version
+            self.live[broker_addr] = LiveBroker(now_ms, dict(kept), ha_addr, connection)
+        else:
+            if broker_id == MASTER_ID and (unknown or previous.data_version != data_version):  # type: ignore[union-attr]
+                self._replace_queue_data(broker_name, topic_configs)
+            self.live[broker_addr] = LiveBroker(now_ms, dict(data_version), ha_addr, connection)
+        want_full = incremental and unknown
         if broker_id == MASTER_ID:
-            return Registration(None, None)
+            return Registration(None, None, want_full)
         master = data.addrs.get(MASTER_ID)
         master_live = self.live.get(master) if master else None
-        return Registration(master, master_live.ha_addr if master_live else None)
+        return Registration(master, master_live.ha_addr if master_live else None, want_full)
 
     def _replace_queue_data(self, broker_name: str, topic_configs: dict[str, dict[str, Any]]) -> None:
         for topic in list(self.topics):
             if topic not in topic_configs:
                 self._drop_queue_data(topic, broker_name)
+        self._put_queue_data(broker_name, topic_configs)
+
+    def _put_queue_data(self, broker_name: str, topic_configs: dict[str, dict[str, Any]]) -> None:
         for topic, cfg in topic_configs.items():
             self.topics.setdefault(topic, {})[broker_name] = QueueData(
                 broker_name, int(cfg.get("readQueueNums", 0)), int(cfg.get("writeQueueNums", 0)),

@@ -95,3 +95,27 @@ def test_only_the_connection_that_registered_a_broker_may_unregister_it():
     assert table.unregister(cluster="C", broker_name="broker-a", broker_addr="127.0.0.1:10911", broker_id=0,
                             connection=registering) is True
     assert table.route("Orders") is None
+
+
+def test_an_increment_adds_its_topics_keeps_the_rest_and_leaves_the_version_for_the_next_whole_one():
+    table = RouteTable()
+    register(table)  # whole, version 1
+    added = table.register(cluster="C", broker_name="broker-a", broker_addr="127.0.0.1:10911", broker_id=0,
+                           ha_addr="h", topic_configs={"New": {"readQueueNums": 2, "writeQueueNums": 2, "perm": 6}},
+                           data_version={"counter": 2, "timestamp": 1}, now_ms=5, incremental=True)
+    assert not added.want_full
+    assert table.topic_list() == ["New", "Orders", "TBW102"]
+    assert table.live["127.0.0.1:10911"].data_version == {"counter": 1, "timestamp": 1}  # not taken
+    # the next whole registration (version 2) replaces: a topic deleted meanwhile goes
+    register(table, topics={"Orders": TOPICS["Orders"], "New": {"perm": 6}}, version=2)
+    assert table.topic_list() == ["New", "Orders"]
+
+
+def test_an_increment_from_a_broker_not_known_asks_for_every_topic():
+    table = RouteTable()  # a name server just restarted
+    result = table.register(cluster="C", broker_name="broker-a", broker_addr="127.0.0.1:10911", broker_id=0,
+                            ha_addr="h", topic_configs={"New": {"perm": 6}}, data_version={"counter": 9},
+                            now_ms=0, incremental=True)
+    assert result.want_full
+    register(table, version=9)  # the whole registration that follows, with the same version
+    assert table.topic_list() == ["Orders", "TBW102"]  # replaced: the increment left no version behind
