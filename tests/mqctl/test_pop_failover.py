@@ -8,6 +8,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from core.config import load_config
@@ -39,6 +40,7 @@ def with_handles(resp: RemotingCommand) -> list[tuple[MessageRecord, str]]:
     return out
 
 
+@pytest.mark.slow  # make test-long (20 s); make test keeps the 5.x client's POP failovers (test_rmq5_failover.py)
 def test_popped_and_not_acked_messages_come_back_after_the_leader_is_killed(tmp_path: Path) -> None:
     with running_cluster(tmp_path, child_env(), mode="dledger", broker_ids=(0, 1, 2), proxies=1) as cluster:
         config = load_config(cluster.config)

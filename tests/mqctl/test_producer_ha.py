@@ -113,6 +113,7 @@ def test_a_killed_broker_costs_the_caller_no_error(two_groups: TwoGroups):
         assert len(after) >= 200 and {r.queue.broker_name for r in after} == {"broker-a"}
 
 
+@pytest.mark.slow  # make test-long (23 s); make test keeps the killed broker above and the fault table's unit tests
 def test_a_slow_broker_is_left_out_while_isolated_and_comes_back(two_groups: TwoGroups):
     def share_on_a(log: list, since: float, until: float) -> tuple[float, int]:
         window = [r for start, _, r in log if since <= start < until]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import trio
 
 from core.client.producer import Message, Producer
@@ -40,6 +41,7 @@ def tail_sql(cluster: Cluster, count: int, *args: str) -> list[int]:
     return sorted(int(r["properties"]["idx"]) for r in rows)
 
 
+@pytest.mark.slow  # make test-long (21 s); make test keeps the selector tests below and bench consume's SQL92 run
 def test_an_sql92_consumer_gets_exactly_the_matching_messages_across_a_restart_and_a_failover(
         tmp_path, subprocess_env):
     with running_cluster(tmp_path, subprocess_env, broker_ids=(0, 1),
