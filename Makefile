@@ -49,7 +49,9 @@ test: install
 	$(BIN)/python -m pytest -n 3 --dist worksteal --durations=20
 
 # The tests marked slow: the chaos drills of every mode, the Spark standalone cluster, the
-# 10,000-seed raft simulation. CI runs them after make test.
+# 10,000-seed raft simulation, and the full forms of long cluster tests whose short forms make
+# test runs (three leader kills, POP and SQL92 failovers, an isolated slow broker). CI runs them
+# after make test.
 test-long: install
 	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=20 -m slow
 
