@@ -94,9 +94,7 @@ class Broker:
         self.transactions = TransactionService(store, root / "config", self.settings, self.store_host,
                                                self.producer_connections, self.schedule.hold_if_delayed)
         self.acl = AclFile(config.acl_file) if config.acl.enabled else None
-        self.meters = BrokerMeters(config.metrics.label_values_max)
-        if not config.metrics.enabled:
-            self.meters.latency = None
+        self.meters = BrokerMeters(config.metrics.label_values_max, timed=config.metrics.enabled)
         self.pop_ledgers: dict[int, ReviveLedger] = {}  # the revive loop's, by revive queue (POP in flight)
         self._handlers = dict(handlers)  # a plain dict: looked up on every request
 

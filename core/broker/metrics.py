@@ -24,9 +24,7 @@ LAG_READS_MAX = 2000  # records a scrape reads for the age of groups' lag
 def fill_broker(broker: Broker, out: Samples) -> None:
     """Everything a broker exports, read now."""
     meters = broker.meters
-    if meters.latency is not None:
-        out.histogram("rocketmq_rpc_latency_seconds", meters.latency, rpc_labels(REMOTING))
-        out.counts_of("rocketmq_answers_total", meters.latency, rpc_labels(REMOTING))
+    out.answers(meters.latency, rpc_labels(REMOTING))
     for code, row in meters.acl_refusals.items():
         out.add("rocketmq_acl_refusals_total", row[0], request_label(code))
     for topic, row in meters.messages_in.items():

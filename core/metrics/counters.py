@@ -77,3 +77,9 @@ class Histogram:
 
     def items(self) -> Iterator[tuple[Hashable, list[float]]]:
         return iter(list(self.rows.items()))
+
+
+def answer_latency(keys_max: int, *, timed: bool, other: Hashable = (-1, -1)) -> Histogram | None:
+    """The histogram a door times its answers into, by (request, response code); None when
+    metrics are off (nothing is timed)."""
+    return Histogram(keys_max=keys_max, other=other) if timed else None

@@ -8,7 +8,7 @@ Names, types, help and label names come from the catalogue only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
@@ -50,10 +50,14 @@ class Samples:
             family.add_metric([*self.common, *label_of(key)], histogram.cumulative(row),  # type: ignore[attr-defined]
                               row[-1])
 
-    def counts_of(self, name: str, histogram: Histogram, label_of: Callable[[object], tuple[str, ...]]) -> None:
-        """A counter of each row's observations (answers by code, from the latency histogram)."""
-        for key, row in histogram.items():
-            self.add(name, sum(row[:-1]), *label_of(key))
+    def answers(self, latency: Histogram | None, label_of: Callable[[object], tuple[str, ...]]) -> None:
+        """A door's answers: their latency histogram, and from its rows the answers by code
+        (no second count on the hot path). Nothing when metrics time nothing."""
+        if latency is None:
+            return
+        self.histogram("rocketmq_rpc_latency_seconds", latency, label_of)
+        for key, row in latency.items():
+            self.add("rocketmq_answers_total", sum(row[:-1]), *label_of(key))
 
     def families(self) -> list[Metric]:
         return list(self._families.values())
@@ -93,10 +97,4 @@ def node_registry(kind: NodeKind, cluster: str, node: str, fill: Callable[[Sampl
     registry.register(NodeCollector(kind, cluster, node, fill))
     registry.register(ProcessMetrics(cluster, node))
     return registry
-
-
-def exported_names(families: Iterable[Metric]) -> Iterator[str]:
-    """Names as scraped: a counter family ``x`` is exported as ``x_total``."""
-    for family in families:
-        yield f"{family.name}_total" if family.type == "counter" else family.name
 

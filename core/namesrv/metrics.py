@@ -9,9 +9,7 @@ from core.namesrv.processor import NameServerProcessor
 
 
 def fill_nameserver(processor: NameServerProcessor, latency: Histogram | None, out: Samples) -> None:
-    if latency is not None:
-        out.histogram("rocketmq_rpc_latency_seconds", latency, rpc_labels(REMOTING))
-        out.counts_of("rocketmq_answers_total", latency, rpc_labels(REMOTING))
+    out.answers(latency, rpc_labels(REMOTING))
     routes = processor.routes
     out.add("rocketmq_namesrv_brokers", len(getattr(routes, "live", ())))
     out.add("rocketmq_namesrv_topics", len(getattr(routes, "topics", ())))

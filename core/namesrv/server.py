@@ -9,7 +9,7 @@ import trio
 
 from core.config import Config, NameServerNode, metrics_listen
 from core.errors import CoreError
-from core.metrics.counters import Histogram
+from core.metrics.counters import answer_latency
 from core.metrics.exposition import node_registry
 from core.metrics.http import address_file, serve_node_metrics
 from core.namesrv.kv_config import KVConfig
@@ -32,7 +32,7 @@ async def serve_nameserver(
         raise CoreError("no plugin provides the route table (is the routing plugin blocked?)")
     processor = NameServerProcessor(routes, KVConfig(data_dir / node.name / "kvConfig.json"))
     host, port = split_address(node.listen)
-    latency = Histogram(keys_max=config.metrics.label_values_max, other=(-1, -1)) if config.metrics.enabled else None
+    latency = answer_latency(config.metrics.label_values_max, timed=config.metrics.enabled)
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(lambda task_status: serve_remoting(
             processor, host, port, plugins=plugins, on_close=processor.connection_closed,

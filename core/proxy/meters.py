@@ -7,7 +7,7 @@ from time import perf_counter
 from typing import Any
 
 from core.metrics.catalogue import OTHER
-from core.metrics.counters import CappedRows, Histogram
+from core.metrics.counters import CappedRows, answer_latency
 
 ACL_CODES = frozenset({"FORBIDDEN", "UNAUTHORIZED"})  # a 5.x answer that access control refused
 
@@ -17,8 +17,8 @@ class ProxyMeters:
     and access-control refusals by request name."""
 
     def __init__(self, keys_max: int, *, timed: bool = True) -> None:
-        self.remoting: Histogram | None = Histogram(keys_max=keys_max, other=(-1, -1)) if timed else None
-        self.grpc: Histogram | None = Histogram(keys_max=keys_max, other=(OTHER, -1)) if timed else None
+        self.remoting = answer_latency(keys_max, timed=timed)
+        self.grpc = answer_latency(keys_max, timed=timed, other=(OTHER, -1))
         self.acl_refusals = CappedRows(1, keys_max=keys_max)  # request (4.x) or RPC (5.x) name
 
     def grpc_answered(self, rpc: str, answer: Any, started: float) -> None:

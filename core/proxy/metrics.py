@@ -32,11 +32,8 @@ def grpc_code_label(code: object) -> str:
 
 def fill_proxy(parts: ProxyParts, out: Samples) -> None:
     meters = parts.meters
-    grpc_labels = rpc_labels(GRPC, grpc_code_label)
-    for protocol, histogram, labels in ((REMOTING, meters.remoting, rpc_labels(REMOTING)), (GRPC, meters.grpc, grpc_labels)):
-        if histogram is not None:
-            out.histogram("rocketmq_rpc_latency_seconds", histogram, labels)
-            out.counts_of("rocketmq_answers_total", histogram, labels)
+    out.answers(meters.remoting, rpc_labels(REMOTING))
+    out.answers(meters.grpc, rpc_labels(GRPC, grpc_code_label))
     refusals = {str(name): row[0] for name, row in meters.acl_refusals.items()}
     if meters.grpc is not None:  # a 5.x refusal is an answer with an access-control status
         for key, row in meters.grpc.items():

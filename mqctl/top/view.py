@@ -7,6 +7,7 @@ export it).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,8 +28,10 @@ def _rate(before: Scrape | None, after: Scrape, name: str, key: tuple[tuple[str,
 def snapshot(before: Sequence[Scrape], after: Sequence[Scrape]) -> dict[str, Any]:
     """Rates, lag, replication, raft and proxies of the cluster, as plain data (--json prints it)."""
     previous = {s.target.node: s for s in before}
-    topics: dict[str, dict[str, float]] = {}
-    groups: dict[tuple[str, str], dict[str, float]] = {}
+    topics: defaultdict[str, dict[str, float]] = defaultdict(
+        lambda: dict.fromkeys(("in_per_s", "in_total", "out_per_s"), 0.0))
+    groups: defaultdict[tuple[str, str], dict[str, float]] = defaultdict(
+        lambda: dict.fromkeys(("lag", "lag_seconds", "out_per_s"), 0.0))
     nodes, brokers, proxies = [], [], []
     for scrape in after:
         last = previous.get(scrape.target.node)
@@ -41,28 +44,24 @@ def snapshot(before: Sequence[Scrape], after: Sequence[Scrape]) -> dict[str, Any
         node["rss_bytes"] = int(scrape.value("process_resident_memory_bytes"))
         nodes.append(node)
         for key, total in scrape.series("rocketmq_messages_in_total").items():
-            row = topics.setdefault(dict(key)["topic"], {"in_per_s": 0.0, "in_total": 0.0, "out_per_s": 0.0})
+            row = topics[dict(key)["topic"]]
             row["in_per_s"] += _rate(last, scrape, "rocketmq_messages_in_total", key)
             row["in_total"] += total
         for key in scrape.series("rocketmq_messages_out_total"):
             labels = dict(key)
-            row = topics.setdefault(labels["topic"], {"in_per_s": 0.0, "in_total": 0.0, "out_per_s": 0.0})
             rate = _rate(last, scrape, "rocketmq_messages_out_total", key)
-            row["out_per_s"] += rate
-            group = groups.setdefault((labels["group"], labels["topic"]), {"lag": 0.0, "lag_seconds": 0.0, "out_per_s": 0.0})
-            group["out_per_s"] += rate
+            topics[labels["topic"]]["out_per_s"] += rate
+            groups[(labels["group"], labels["topic"])]["out_per_s"] += rate
         for key, lag in scrape.series("rocketmq_consumer_lag_messages").items():
             labels = dict(key)
-            group = groups.setdefault((labels["group"], labels["topic"]), {"lag": 0.0, "lag_seconds": 0.0, "out_per_s": 0.0})
-            group["lag"] += lag
+            groups[(labels["group"], labels["topic"])]["lag"] += lag
         for key, seconds in scrape.series("rocketmq_consumer_lag_seconds").items():
-            labels = dict(key)
-            group = groups.setdefault((labels["group"], labels["topic"]), {"lag": 0.0, "lag_seconds": 0.0, "out_per_s": 0.0})
+            group = groups[(dict(key)["group"], dict(key)["topic"])]
             group["lag_seconds"] = max(group["lag_seconds"], seconds)
         if scrape.target.kind == "broker":
             brokers.append(_broker(scrape))
         elif scrape.target.kind == "proxy":
-            proxies.append(_proxy(last, scrape))
+            proxies.append(_proxy(scrape))
     return {
         "topics": [{"topic": t, **{k: round(v, 1) for k, v in row.items()}} for t, row in sorted(topics.items())
                    if not t.startswith(("rmq_sys_", "%", "TBW102", "SCHEDULE_TOPIC"))],
@@ -86,7 +85,7 @@ def _broker(scrape: Scrape) -> dict[str, Any]:
     return row
 
 
-def _proxy(before: Scrape | None, scrape: Scrape) -> dict[str, Any]:
+def _proxy(scrape: Scrape) -> dict[str, Any]:
     return {"node": scrape.target.node, "sessions": int(scrape.value("rocketmq_proxy_upstream_sessions")),
             "failovers": int(scrape.value("rocketmq_proxy_failovers_total")),
             "writes_waiting": int(scrape.value("rocketmq_proxy_writes_waiting")),
