@@ -20,6 +20,13 @@ from mqctl.common.output import print_rows
 topic_app = typer.Typer(help="Topics: create, list, route.", no_args_is_help=True)
 
 
+def create_topic_request(topic: str, queues: int, perm: int = 6) -> RemotingCommand:
+    """UPDATE_AND_CREATE_TOPIC as stock admin tools send it (bench topics sends the same)."""
+    return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
+        "perm": str(perm), "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
+
+
 @topic_app.command("create")
 def create(
     ctx: typer.Context,
@@ -42,10 +49,7 @@ def create(
         if master is None:
             rows.append({"broker": name, "result": "no master"})
             continue
-        cmd = RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
-            "perm": str(perm), "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
-        resp = trio.run(probe.call, master, cmd)
+        resp = trio.run(probe.call, master, create_topic_request(topic, queues, perm))
         rows.append({"broker": name, "result": "ok" if resp.code == ResponseCode.SUCCESS else resp.remark})
     if not rows:
         raise CliError("no broker to create the topic on")

@@ -21,6 +21,7 @@ import typer
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from mqctl.admin.topic import create_topic_request
 from mqctl.bench import clusters as bench_clusters
 from mqctl.bench.runs import machine
 from mqctl.common.errors import CliError
@@ -32,19 +33,13 @@ from mqctl.nodes.processes import START_TIMEOUT_S, cpu_seconds, nodes_of, runnin
 LOOKUPS = 1000
 
 
-def _create(topic: str, queues: int) -> RemotingCommand:
-    return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
-        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
-
-
 async def _create_all(master: str, names: list[str], queues: int, inflight: int) -> None:
     async with open_remoting_client() as client, trio.open_nursery() as nursery:
         todo = iter(names)
 
         async def worker() -> None:
             for name in todo:
-                resp = await client.invoke(master, _create(name, queues), 30)
+                resp = await client.invoke(master, create_topic_request(name, queues), 30)
                 if resp.code != ResponseCode.SUCCESS:
                     raise CliError(f"creating {name}: {resp.remark}")
         for _ in range(inflight):
