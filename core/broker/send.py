@@ -6,6 +6,7 @@ import random
 import struct
 from typing import Protocol
 
+from core.broker.batch_send import BATCH_DELAY_REFUSED, BatchSend, batch_records
 from core.broker.headers import SendHeader
 from core.broker.meters import BrokerMeters
 from core.broker.responses import response_code
@@ -20,16 +21,12 @@ from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.store.store_types import PutResult
 from core.topic_names import RETRY_PREFIX, SCHEDULE_TOPIC, send_refusal
-from formats.batch import decode_batch
 from formats.compression import decompress
 from formats.msgid import encode_offset_msg_id
-from formats.properties import CLUSTER, DELAY, TIMER_OUT_MS, TRAN_MSG, UNIQ_KEY, WAIT, decode_properties
+from formats.properties import CLUSTER, DELAY, TIMER_OUT_MS, UNIQ_KEY, WAIT, decode_properties
 from formats.recall import RecallHandle
 from formats.record import MessageRecord
 from formats.sysflag import COMPRESSED, COMPRESSION_TYPE_MASK, compression_type
-
-BATCH_DELAY_REFUSED = "delay levels are not supported for batched messages"  # as RocketMQ
-BATCH_TRANSACTION_REFUSED = "transactional messages cannot be batched"
 
 
 class SendingBroker(Protocol):
@@ -79,29 +76,14 @@ def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connectio
     try:
         if batch or header.batch:
             body, item_sysflag = _inflated_batch(request.body, header.sysflag, broker.writes.body_size_max)
-            items = decode_batch(body)
-            if not items:
-                return request.reply(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
             if _delayed(base_props):
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_DELAY_REFUSED)
-            cluster_pair = f"{CLUSTER}\x01{broker.cluster}\x02".encode()
-            records = []
-            for item in items:
-                props, text = item.properties, item.properties_text
-                if DELAY in props and _delayed(props):
-                    return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_DELAY_REFUSED)
-                if TRAN_MSG in props:
-                    return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_TRANSACTION_REFUSED)
-                if WAIT in props or CLUSTER in props or text is None or (text and not text.endswith(b"\x02")):
-                    props = {k: v for k, v in props.items() if k != WAIT}
-                    text = None  # re-encoded from the dict
-                else:
-                    text += cluster_pair  # the item's own bytes, CLUSTER appended: no re-encode
-                props[CLUSTER] = broker.cluster
-                records.append(MessageRecord(
-                    header.topic, item.body, props, queue_id, item.flag, 0, 0, item_sysflag,
-                    header.born_timestamp, born_host, 0, broker.store_host, header.reconsume_times,
-                    properties_text=text))
+            send = BatchSend(header.topic, queue_id, item_sysflag, header.born_timestamp, born_host,
+                             broker.store_host, header.reconsume_times, broker.cluster)
+            batch_out = batch_records(send, body)
+            if isinstance(batch_out, str):
+                return request.reply(ResponseCode.MESSAGE_ILLEGAL, batch_out)
+            records = batch_out
         else:
             rec = MessageRecord(
                 topic=header.topic, body=request.body, properties=base_props, queue_id=queue_id,

@@ -212,7 +212,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         cq, queue_offset = self._claim_queue(rec, 1)
         keys = index_keys(rec.properties) if self._index_enabled else None
         reserved = self._reserve_index_entries(len(keys)) if keys else 0
-        stamp = time.time_ns() // 1_000_000
+        stamp = now_ms()
         try:
             phys = self.commitlog.append(rec, prep, queue_offset, stamp)
         except BaseException:
@@ -240,7 +240,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         cq, queue_offset = self._claim_queue(first, len(records))
         if keys is not None:
             self._reserve_index_entries(sum(map(len, keys)))
-        stamp = time.time_ns() // 1_000_000
+        stamp = now_ms()
         count = len(records)
         qos = range(queue_offset, queue_offset + count) if cq is not None else (0,) * count
         offsets = self.commitlog.append_many(records, preps, qos, stamp)
