@@ -12,8 +12,10 @@ all-zero entry is unwritten space.
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import NamedTuple
 
 from formats.buffers import ReadableBytes, WritableBytes
@@ -57,6 +59,18 @@ def decode_cq_entries(buf: ReadableBytes, first_index: int) -> Iterator[tuple[in
 
 def pack_cq_entry_into(buf: WritableBytes, pos: int, phys: int, size: int, tags: int) -> None:
     _ENTRY.pack_into(buf, pos, phys, size, tags)
+
+
+def pack_cq_entries_into(buf: WritableBytes, pos: int, offsets: Iterable[int], sizes: Iterable[int],
+                         tags: Iterable[int]) -> None:
+    """Entries back to back from ``pos``, one per (offset, size, tags), in one packing."""
+    columns = list(chain.from_iterable(zip(offsets, sizes, tags)))
+    _entries_struct(len(columns) // 3).pack_into(buf, pos, *columns)
+
+
+@functools.lru_cache(maxsize=256)
+def _entries_struct(count: int) -> struct.Struct:
+    return struct.Struct(">" + "qiq" * count)
 
 
 def iter_cq_entries(buf: ReadableBytes, first_index: int = 0) -> Iterator[tuple[int, CQEntry]]:

@@ -195,7 +195,7 @@ def prepare_record(rec: MessageRecord) -> PreparedRecord:
         props_bytes = encode_properties(rec.properties).encode()
     if len(props_bytes) > PROPERTIES_SIZE_MAX:
         raise RecordError(f"properties are {len(props_bytes)} bytes, more than {PROPERTIES_SIZE_MAX}")
-    fixed, magic, flags, born, store, v4, topic_field = _shared_fields(
+    fixed, magic, flags, born, store, v4, topic_field = shared_fields(
         rec.topic, rec.born_host, rec.store_host, rec.sysflag)
     body = rec.body
     return (fixed + len(body) + len(props_bytes), magic, zlib.crc32(body) & CRC_MASK, flags, born, store,
@@ -203,8 +203,8 @@ def prepare_record(rec: MessageRecord) -> PreparedRecord:
 
 
 @functools.lru_cache(maxsize=4096)
-def _shared_fields(topic: str, born_host: Host, store_host: Host,
-                   sysflag: int) -> tuple[int, int, int, bytes, bytes, bool, bytes]:
+def shared_fields(topic: str, born_host: Host, store_host: Host,
+                  sysflag: int) -> tuple[int, int, int, bytes, bytes, bool, bytes]:
     """What records of one topic, hosts and sysflag have in common (a batch's records, and
     most records of a producer): size without body and properties, magic, sysflag with the
     host V6 bits, packed hosts, both-IPv4, topic field. Cached: it was a third of a prepare."""

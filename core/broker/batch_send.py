@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from formats.batch import decode_batch
 from formats.properties import CLUSTER, DELAY, TRAN_MSG, WAIT
 from formats.record import Host, MessageRecord
+from formats.record_batch import RecordBatch
 
 BATCH_DELAY_REFUSED = "delay levels are not supported for batched messages"  # as RocketMQ
 BATCH_TRANSACTION_REFUSED = "transactional messages cannot be batched"
@@ -31,13 +32,27 @@ class BatchSend:
     cluster: str
 
 
+def record_batch(send: BatchSend, body: bytes) -> RecordBatch | None:
+    """Batch ``body`` as one :class:`RecordBatch`, or ``None`` when it takes the per-record
+    path (:func:`batch_records`): see :mod:`formats.record_batch`."""
+    return RecordBatch.of_body(
+        body, topic=send.topic, queue_id=send.queue_id, sysflag=send.sysflag, born_timestamp=send.born_timestamp,
+        born_host=send.born_host, store_host=send.store_host, reconsume_times=send.reconsume_times,
+        suffix=cluster_property(send.cluster))
+
+
+def cluster_property(cluster: str) -> bytes:
+    """The CLUSTER pair every stored item ends with."""
+    return f"{CLUSTER}\x01{cluster}\x02".encode()
+
+
 def batch_records(send: BatchSend, body: bytes) -> list[MessageRecord] | str:
     """The records of batch ``body``, or the remark refusing it (MESSAGE_ILLEGAL); a malformed
     body raises :class:`formats.errors.FormatError`."""
     items = decode_batch(body)
     if not items:
         return BATCH_EMPTY_REFUSED
-    cluster_pair = f"{CLUSTER}\x01{send.cluster}\x02".encode()
+    cluster_pair = cluster_property(send.cluster)
     records = []
     for item in items:
         props, text = item.properties, item.properties_text

@@ -6,7 +6,7 @@ import random
 import struct
 from typing import Protocol
 
-from core.broker.batch_send import BATCH_DELAY_REFUSED, BatchSend, batch_records
+from core.broker.batch_send import BATCH_DELAY_REFUSED, BatchSend, batch_records, record_batch
 from core.broker.headers import SendHeader
 from core.broker.meters import BrokerMeters
 from core.broker.responses import response_code
@@ -19,7 +19,6 @@ from core.config import BrokerNode
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
-from core.store.store_types import PutResult
 from core.topic_names import RETRY_PREFIX, SCHEDULE_TOPIC, send_refusal
 from formats.compression import decompress
 from formats.msgid import encode_offset_msg_id
@@ -71,34 +70,25 @@ def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connectio
     born_host = _host(conn.remote)
     half: MessageRecord | None = None
     base_props = decode_properties(header.properties)
+    if batch or header.batch:
+        return _send_batch(broker, request, header, queue_id, born_host, _delayed(base_props))
     base_props.pop(WAIT, None)
     base_props[CLUSTER] = broker.cluster
     try:
-        if batch or header.batch:
-            body, item_sysflag = _inflated_batch(request.body, header.sysflag, broker.writes.body_size_max)
-            if _delayed(base_props):
-                return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_DELAY_REFUSED)
-            send = BatchSend(header.topic, queue_id, item_sysflag, header.born_timestamp, born_host,
-                             broker.store_host, header.reconsume_times, broker.cluster)
-            batch_out = batch_records(send, body)
-            if isinstance(batch_out, str):
-                return request.reply(ResponseCode.MESSAGE_ILLEGAL, batch_out)
-            records = batch_out
+        rec = MessageRecord(
+            topic=header.topic, body=request.body, properties=base_props, queue_id=queue_id,
+            flag=header.flag, sysflag=header.sysflag, born_timestamp=header.born_timestamp,
+            born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times,
+        )
+        # a half waits in the half topic, a delayed one in the schedule topic; the reply
+        # still names the queue asked for
+        if is_half(rec):
+            half = broker.transactions.half_of(rec)
+            records = [half]
+            if broker.topics.ensure(half.topic, 1)[1]:  # a system topic, readable by operators
+                broker.topics_changed()
         else:
-            rec = MessageRecord(
-                topic=header.topic, body=request.body, properties=base_props, queue_id=queue_id,
-                flag=header.flag, sysflag=header.sysflag, born_timestamp=header.born_timestamp,
-                born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times,
-            )
-            # a half waits in the half topic, a delayed one in the schedule topic; the reply
-            # still names the queue asked for
-            if is_half(rec):
-                half = broker.transactions.half_of(rec)
-                records = [half]
-                if broker.topics.ensure(half.topic, 1)[1]:  # a system topic, readable by operators
-                    broker.topics_changed()
-            else:
-                records = [broker.schedule.hold_if_delayed(rec)]
+            records = [broker.schedule.hold_if_delayed(rec)]
         size_max = broker.writes.body_size_max
         if any(len(rec.body) > size_max for rec in records):
             return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")
@@ -109,10 +99,49 @@ def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connectio
     except Exception as exc:  # store, format and size errors, mapped in one place
         code, remark = response_code(exc)
         return request.reply(code, remark)
-    extra = {} if batch or header.batch else _recall_field(broker, records[0], header.topic)
+    extra = _recall_field(broker, records[0], header.topic)
+    put = results[0]
+    return _answer(broker, request, queue_id, [put.phys_offset], put.queue_offset, put.phys_offset + put.size, extra)
+
+
+def _send_batch(broker: SendingBroker, request: RemotingCommand, header: SendHeader, queue_id: int,
+                born_host: tuple[str, int], delayed: bool) -> Reply:
+    """A batch request's items stored back to back in one queue, answered once."""
+    if delayed:
+        return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_DELAY_REFUSED)
+    size_max = broker.writes.body_size_max
+    try:
+        body, item_sysflag = _inflated_batch(request.body, header.sysflag, size_max)
+        send = BatchSend(header.topic, queue_id, item_sysflag, header.born_timestamp, born_host,
+                         broker.store_host, header.reconsume_times, broker.cluster)
+        fast = record_batch(send, body)
+        if fast is not None:
+            if max(map(len, fast.bodies)) > size_max:
+                return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")
+            put = broker.writes.put_batch(fast)
+            offsets, queue_offset, end = put.offsets, put.queue_offset, put.end
+        else:  # the per-record path: it refuses, re-encodes or names what is malformed
+            records = batch_records(send, body)
+            if isinstance(records, str):
+                return request.reply(ResponseCode.MESSAGE_ILLEGAL, records)
+            if any(len(rec.body) > size_max for rec in records):
+                return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")
+            results = broker.writes.put(records)
+            offsets, queue_offset = [r.phys_offset for r in results], results[0].queue_offset
+            end = results[-1].phys_offset + results[-1].size
+        broker.meters.sent(header.topic, len(offsets), len(request.body))
+    except Exception as exc:  # store, format and size errors, mapped in one place
+        code, remark = response_code(exc)
+        return request.reply(code, remark)
+    return _answer(broker, request, queue_id, offsets, queue_offset, end, {})
+
+
+def _answer(broker: SendingBroker, request: RemotingCommand, queue_id: int, offsets: list[int], queue_offset: int,
+            end: int, extra: dict[str, str]) -> Reply:
+    """The reply to records put at ``offsets``, now or once the waits the config asks for end."""
     if broker.writes.waits:
-        return _after_waits(broker, request, queue_id, results, extra)
-    return _sent(broker, request, queue_id, results, ResponseCode.SUCCESS, extra)
+        return _after_waits(broker, request, queue_id, offsets, queue_offset, end, extra)
+    return _sent(broker, request, queue_id, offsets, queue_offset, ResponseCode.SUCCESS, extra)
 
 
 def _recall_field(broker: SendingBroker, stored: MessageRecord, topic: str) -> dict[str, str]:
@@ -125,26 +154,26 @@ def _recall_field(broker: SendingBroker, stored: MessageRecord, topic: str) -> d
     return {"recallHandle": RecallHandle(topic, broker.node.name, int(due), uniq).text()}
 
 
-async def _after_waits(broker: SendingBroker, request: RemotingCommand, queue_id: int,
-                       results: list[PutResult], extra: dict[str, str]) -> RemotingCommand:
+async def _after_waits(broker: SendingBroker, request: RemotingCommand, queue_id: int, offsets: list[int],
+                       queue_offset: int, end: int, extra: dict[str, str]) -> RemotingCommand:
     """Answer once the sync flush and the replicas (whichever apply) confirm the records."""
-    code, remark = await broker.writes.confirmed(results)
+    code, remark = await broker.writes.confirmed_through(offsets[-1], end)
     if remark is not None:
         return request.reply(code, remark)
-    return _sent(broker, request, queue_id, results, code, extra)
+    return _sent(broker, request, queue_id, offsets, queue_offset, code, extra)
 
 
-def _sent(broker: SendingBroker, request: RemotingCommand, queue_id: int, results: list[PutResult],
+def _sent(broker: SendingBroker, request: RemotingCommand, queue_id: int, offsets: list[int], queue_offset: int,
           code: int, extra: dict[str, str]) -> RemotingCommand:
     host, port = broker.store_host
-    if len(results) == 1:
-        msg_ids = encode_offset_msg_id(host, port, results[0].phys_offset)
+    if len(offsets) == 1:
+        msg_ids = encode_offset_msg_id(host, port, offsets[0])
     else:  # one host prefix, then each offset as 16 hex digits (all offsets hexed at once)
         prefix = encode_offset_msg_id(host, port, 0)[:-16]
-        digits = struct.pack(f">{len(results)}q", *[r.phys_offset for r in results]).hex().upper()
+        digits = struct.pack(f">{len(offsets)}q", *offsets).hex().upper()
         msg_ids = ",".join([prefix + digits[i : i + 16] for i in range(0, len(digits), 16)])
     return request.reply(code, ext_fields={
-        "msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(results[0].queue_offset), **extra,
+        "msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(queue_offset), **extra,
     })
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from core.broker.replication import Replicated, Replication
 from core.remoting.codes import ResponseCode
 from core.store.message_store import MessageStore
-from core.store.store_types import PutResult
+from core.store.store_types import BatchPut, PutResult
 from formats.record import MessageRecord
+from formats.record_batch import RecordBatch
 
 LOST_LEADERSHIP_REMARK = ("the broker stopped leading its raft group before the message committed "
                           "(it may still be stored): send again, to the new leader")
@@ -43,16 +44,24 @@ class WritePath:
         """Append ``records`` (one append for a batch); store errors propagate."""
         return self._store.put_many(records) if len(records) > 1 else [self._store.put(records[0])]
 
+    def put_batch(self, batch: RecordBatch) -> BatchPut:
+        """Append a batch request's records together (store errors propagate)."""
+        return self._store.put_batch(batch)
+
     async def confirmed(self, results: list[PutResult]) -> tuple[int, str | None]:
-        """Wait for the flush and the replicas that apply; the response code and remark.
+        """:meth:`confirmed_through` the end of ``results``."""
+        last = results[-1]
+        return await self.confirmed_through(last.phys_offset, last.phys_offset + last.size)
+
+    async def confirmed_through(self, last_offset: int, end: int) -> tuple[int, str | None]:
+        """Wait until the flush and the replicas that apply hold the log up to ``end`` (the
+        last record put begins at ``last_offset``); the response code and remark.
 
         Either way the records are stored: a timeout code tells the producer only that they may
         be less safe than asked, and a producer that resends them stores them twice."""
-        last = results[-1]
-        end = last.phys_offset + last.size
         if self._sync_flush and not await self._store.wait_flushed(end, self._flush_timeout_s):
             return ResponseCode.FLUSH_DISK_TIMEOUT, None
         if self._replication.waits_for_replicas:
-            code = _REPLICATED_CODES[await self._replication.wait_replicated(last.phys_offset, end)]
+            code = _REPLICATED_CODES[await self._replication.wait_replicated(last_offset, end)]
             return code, LOST_LEADERSHIP_REMARK if code == ResponseCode.SERVICE_NOT_AVAILABLE else None
         return ResponseCode.SUCCESS, None

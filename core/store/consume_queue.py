@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from itertools import repeat
 from pathlib import Path
 
 from core.errors import UnsafePathError
@@ -17,6 +18,7 @@ from formats.consume_queue import (
     decode_cq_entries,
     decode_cq_entry,
     encode_cq_entry,
+    pack_cq_entries_into,
     pack_cq_entry_into,
 )
 
@@ -172,6 +174,23 @@ class ConsumeQueue:
         self.max_offset = qo + 1
         self.assigned = max(self.assigned, self.max_offset)
         return True
+
+    def put_entries(self, first: int, offsets: list[int], sizes: list[int], tags: list[int] | None) -> None:
+        """Write entries ``first``, ``first + 1``, ... (a batch's records; ``tags`` None: all
+        0): one packing when they extend the tail file, else one by one."""
+        count = len(offsets)
+        pos = first * CQ_ENTRY_SIZE
+        tail = self._tail
+        if first == self.max_offset and tail is not None and tail.start <= pos and \
+                pos + count * CQ_ENTRY_SIZE <= tail.end and not tail.closed:
+            pack_cq_entries_into(tail.view, pos - tail.start, offsets, sizes, tags or repeat(0, count))
+            tail.dirty = True
+            self.max_offset = first + count
+            if self.assigned < self.max_offset:
+                self.assigned = self.max_offset
+            return
+        for qo, phys, size, tag in zip(range(first, first + count), offsets, sizes, tags or repeat(0, count)):
+            self.put_entry(qo, phys, size, tag)
 
     def _pad(self, lo: int, hi: int) -> None:
         """Write padding entries ``[lo, hi)``, a file's share at a time (a replica that starts

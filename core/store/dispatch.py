@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple, overload
 from core.topic_names import SCHEDULE_TOPIC
 from formats.properties import DELAY, TAGS, TIMER_OUT_MS, UNIQ_KEY, message_keys
 from formats.record import MessageRecord
+from formats.record_batch import RecordBatch
 from formats.sysflag import is_dispatched
 from formats.tags import tags_code
 
@@ -82,6 +83,34 @@ def deliver_time_ms(props: dict[str, str], store_timestamp: int, delay_levels_ms
 Appended = tuple[MessageRecord, "ConsumeQueue | None", int, int, int, int, "list[str] | None"]
 
 
+class BatchAppended(NamedTuple):
+    """A batch's records just appended, kept as one until dispatch: its queue (None for
+    none), each record's physical offset, the first one's queue offset, the store time, and
+    each record's index keys: one each in ``uniq_keys``, or lists in ``keys`` (both None
+    when the store keeps no key index)."""
+
+    batch: RecordBatch
+    cq: ConsumeQueue | None
+    offsets: list[int]
+    queue_offset: int
+    store_timestamp: int
+    uniq_keys: list[bytes] | None
+    keys: list[list[bytes]] | None
+
+    def appended(self) -> list[Appended]:
+        """Each record as :data:`Appended` (for listeners that read records)."""
+        batch, stamp = self.batch, self.store_timestamp
+        out: list[Appended] = []
+        for i, (phys, size) in enumerate(zip(self.offsets, batch.sizes)):
+            qo = self.queue_offset + i if self.cq is not None else 0
+            rec = batch.record(i, phys, qo, stamp)
+            if self.uniq_keys is not None:
+                keys: list[str] | None = [self.uniq_keys[i].decode()]
+            else:
+                keys = None if self.keys is None else [k.decode() for k in self.keys[i]]
+            out.append((rec, self.cq, phys, size, qo, stamp, keys))
+        return out
+
 # A record found in the log, by the fields a replica's lean decode gives: topic, queue id,
 # queue offset, phys offset, size, tags code, store timestamp, sysflag, properties.
 DispatchFields = tuple[str, int, int, int, int, int, int, int, dict[str, str]]
@@ -92,10 +121,11 @@ class DispatchBatch(Sequence[DispatchRequest]):
     when read: building one per record on every append cost a tenth of the broker's batch
     path, and the usual listener (long polling) only needs :attr:`queues`."""
 
-    __slots__ = ("_appended", "_delay_levels_ms", "_fields", "_requests")
+    __slots__ = ("_appended", "_delay_levels_ms", "_fields", "_requests", "_units")
 
-    def __init__(self, appended: Sequence[Appended], delay_levels_ms: tuple[int, ...] = ()) -> None:
-        self._appended = appended
+    def __init__(self, appended: Sequence[Appended | BatchAppended], delay_levels_ms: tuple[int, ...] = ()) -> None:
+        self._units = appended
+        self._appended: Sequence[Appended] | None = None
         self._delay_levels_ms = delay_levels_ms
         self._fields: Sequence[DispatchFields] | None = None
         self._requests: Sequence[DispatchRequest] | None = None
@@ -117,7 +147,9 @@ class DispatchBatch(Sequence[DispatchRequest]):
     def __len__(self) -> int:
         if self._requests is not None:
             return len(self._requests)
-        return len(self._appended) if self._fields is None else len(self._fields)
+        if self._fields is not None:
+            return len(self._fields)
+        return sum(len(u.offsets) if type(u) is BatchAppended else 1 for u in self._units)
 
     @overload
     def __getitem__(self, index: int) -> DispatchRequest: ...
@@ -131,9 +163,16 @@ class DispatchBatch(Sequence[DispatchRequest]):
             if isinstance(index, slice):
                 return [DispatchRequest.of_fields(*f) for f in self._fields[index]]
             return DispatchRequest.of_fields(*self._fields[index])
+        appended = self._records()
         if isinstance(index, slice):
-            return [self._request(a) for a in self._appended[index]]
-        return self._request(self._appended[index])
+            return [self._request(a) for a in appended[index]]
+        return self._request(appended[index])
+
+    def _records(self) -> Sequence[Appended]:
+        if self._appended is None:
+            self._appended = [a for u in self._units
+                              for a in (u.appended() if type(u) is BatchAppended else (u,))]  # type: ignore[union-attr]
+        return self._appended
 
     def _request(self, appended: Appended) -> DispatchRequest:
         rec, _cq, phys, size, queue_offset, stamp, _keys = appended
@@ -146,4 +185,5 @@ class DispatchBatch(Sequence[DispatchRequest]):
             return {(r.topic, r.queue_id) for r in self._requests}
         if self._fields is not None:
             return {(f[0], f[1]) for f in self._fields}
-        return {(a[0].topic, a[0].queue_id) for a in self._appended}
+        return {(u.batch.topic, u.batch.queue_id) if type(u) is BatchAppended else (u[0].topic, u[0].queue_id)
+                for u in self._units}

@@ -26,11 +26,15 @@ These files are read only by this store.
 
 from __future__ import annotations
 
+import array
 import functools
 import logging
 import struct
+import sys
 import time
 import zlib
+from itertools import chain, repeat
+from operator import itemgetter
 from pathlib import Path
 
 from core.store.mapped_file import MappedFile
@@ -43,16 +47,26 @@ ENTRY_SIZE = 20
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
+_SWAP = sys.byteorder == "little"  # slots are read and written as native ints, swapped
+
+
+@functools.lru_cache(maxsize=256)
+def _entries_struct(count: int) -> struct.Struct:
+    return struct.Struct(">" + "iqii" * count)
+
+
+HASH_MASK = 0x7FFFFFFF
 
 
 @functools.lru_cache(maxsize=4096)
-def _topic_crc(topic: str) -> int:
+def topic_hash_seed(topic: str) -> int:
+    """crc32("topic#"): a key's hash continues from it (``crc32(key, seed) & HASH_MASK``)."""
     return zlib.crc32(f"{topic}#".encode())
 
 
 def key_hash(topic: str, key: str) -> int:
     """The 31-bit hash an index entry stores for ``key`` of ``topic``: crc32("topic#key")."""
-    return zlib.crc32(key.encode(), _topic_crc(topic)) & 0x7FFFFFFF
+    return zlib.crc32(key.encode(), topic_hash_seed(topic)) & HASH_MASK
 
 
 class IndexFile:
@@ -150,6 +164,39 @@ class IndexFile:
             self.end_ts, self.end_phy = last[2], last[1]
             self.mf.dirty = True
         return done
+
+    def put_run(self, hashes: list[int], offsets: list[int], store_ts: int) -> int:
+        """:meth:`put_many` for one key a record, all stored at ``store_ts`` (a batch's
+        UNIQ_KEYs): the entries in one packing, the slots they hit read in one gather, when the
+        run fits the file, is not its first entry and hits each slot once; else one by one."""
+        count = len(hashes)
+        index = self.index_count
+        slots = self.slots
+        slot_of = [h % slots for h in hashes]
+        if index <= 1 or index + count > self.entries or len(set(slot_of)) != count or count < 2:
+            return self.put_many(list(zip(hashes, offsets, repeat(store_ts))))
+        view = self.mf.view
+        with memoryview(view) as whole, whole[HEADER_SIZE : HEADER_SIZE + slots * SLOT_SIZE] as table, \
+                table.cast("i") as slot_ints:
+            prevs = array.array("i", itemgetter(*slot_of)(slot_ints))
+            if _SWAP:
+                prevs.byteswap()  # the file is big-endian
+            ids = range(index, index + count)
+            links = [p if 0 < p <= i else 0 for p, i in zip(prevs, ids)]
+            diff = (store_ts - self.begin_ts) // 1000
+            diff = diff if 0 <= diff < 2**31 else (0 if diff < 0 else 2**31 - 1)
+            _entries_struct(count).pack_into(view, HEADER_SIZE + slots * SLOT_SIZE + index * ENTRY_SIZE,
+                                             *chain.from_iterable(zip(hashes, offsets, repeat(diff), links)))
+            new_ids = array.array("i", ids)
+            if _SWAP:
+                new_ids.byteswap()
+            for slot, entry_id in zip(slot_of, new_ids):
+                slot_ints[slot] = entry_id
+        self.index_count = index + count
+        self.slot_count += links.count(0)
+        self.end_ts, self.end_phy = store_ts, offsets[-1]
+        self.mf.dirty = True
+        return count
 
     def write_header(self) -> None:
         _HEADER.pack_into(self.mf.view, 0, self.begin_ts, self.end_ts, self.begin_phy,
@@ -253,6 +300,18 @@ class KeyIndex:
         while done < len(entries):
             ix = self._new_file()
             done += ix.put_many(entries[done:])
+        self._room = ix.room()
+
+    def put_run(self, hashes: list[int], offsets: list[int], store_ts: int) -> None:
+        """:meth:`put_many` for one reserved key a record, all stored at ``store_ts``."""
+        if not hashes:
+            return
+        self.reserved = max(0, self.reserved - len(hashes))
+        ix = self.files[-1]
+        done = ix.put_run(hashes, offsets, store_ts)
+        while done < len(hashes):
+            ix = self._new_file()
+            done += ix.put_run(hashes[done:], offsets[done:], store_ts)
         self._room = ix.room()
 
     def indexed_below(self, phys: int) -> bool:

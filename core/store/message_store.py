@@ -21,7 +21,9 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from itertools import repeat
+from operator import and_
 from pathlib import Path
+from zlib import crc32
 
 import trio
 
@@ -38,12 +40,12 @@ from core.nursery import open_unwrapped_nursery
 from core.store.checkpoint import read_checkpoint
 from core.store.commitlog import CommitLog
 from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from core.store.dispatch import Appended, DispatchBatch, DispatchRequest, record_tags_code
+from core.store.dispatch import Appended, BatchAppended, DispatchBatch, DispatchRequest, record_tags_code
 from core.store.group_commit import GroupCommit
-from core.store.key_index import KeyIndex, key_hash
+from core.store.key_index import HASH_MASK, KeyIndex, key_hash, topic_hash_seed
 from core.store.replica_log import ReplicaLog
 from core.store.store_reads import StoreReads
-from core.store.store_types import PutResult, RecoveryReport, StoreHooks, StoreStatistics
+from core.store.store_types import BatchPut, PutResult, RecoveryReport, StoreHooks, StoreStatistics
 from core.store.store_upkeep import CHECKPOINT_FILE, StoreUpkeep
 from core.topic_names import SCHEDULE_TOPIC
 from formats.errors import RecordError
@@ -55,6 +57,7 @@ from formats.record import (
     is_blank,
     prepare_record,
 )
+from formats.record_batch import RecordBatch
 from formats.sysflag import TRANSACTION_PREPARED as TRANSACTION_HALF_BIT
 from formats.tags import tags_code
 
@@ -108,8 +111,9 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         self._body_size_max = config.message_size_bytes_max
         self._index_enabled = config.index_enabled
         self._delay_levels_ms = config.delay_levels_ms
-        # (record, its queue or None, phys offset, size, queue offset, store time)
-        self._pending: list[Appended] = []
+        # records put and not yet dispatched: one by one, or a batch's together
+        self._pending: list[Appended | BatchAppended] = []
+        self._pending_records = 0
         self._dispatch_wanted = trio.Event()
         self._prefault_half_window = config.prefault_window_bytes // 2
         self._open = False
@@ -209,7 +213,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         prep = prepare_record(rec)
         # Every allocation (queue file, index file, segment) happens before the append, so a
         # full disk leaves the store as it was.
-        cq, queue_offset = self._claim_queue(rec, 1)
+        cq, queue_offset = self._claim_queue(rec.topic, rec.queue_id, rec.sysflag, 1)
         keys = index_keys(rec.properties) if self._index_enabled else None
         reserved = self._reserve_index_entries(len(keys)) if keys else 0
         stamp = now_ms()
@@ -237,7 +241,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         if not self.commitlog.make_room(sum(prep[0] for prep in preps)):
             return [self.put(rec) for rec in records]  # larger than a segment: one by one
         keys = [index_keys(rec.properties) for rec in records] if self._index_enabled else None
-        cq, queue_offset = self._claim_queue(first, len(records))
+        cq, queue_offset = self._claim_queue(first.topic, first.queue_id, first.sysflag, len(records))
         if keys is not None:
             self._reserve_index_entries(sum(map(len, keys)))
         stamp = now_ms()
@@ -250,6 +254,35 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         last = results[-1]
         self._appended(cq, last.queue_offset, last.phys_offset, stamp, count)
         return results
+
+    def put_batch(self, batch: RecordBatch) -> BatchPut:
+        """:meth:`put_many` for a batch request's records as one :class:`RecordBatch`: encoded
+        and written in one copy, their queue and index entries written together at dispatch."""
+        if self._refusal is not None:
+            self._refuse()
+        longest = max(map(len, batch.bodies))
+        if longest > self._body_size_max:
+            raise MessageTooLargeError(f"body of {longest} bytes is over the {self._body_size_max}-byte limit")
+        size = sum(batch.sizes)
+        count = len(batch)
+        if not self.commitlog.make_room(size):  # larger than a segment: one by one
+            results = [self.put(batch.record(i, 0, 0, 0)) for i in range(count)]
+            return BatchPut([r.phys_offset for r in results], results[0].queue_offset,
+                            results[-1].phys_offset + results[-1].size, results[-1].store_timestamp)
+        cq, queue_offset = self._claim_queue(batch.topic, batch.queue_id, batch.sysflag, count)
+        uniq_keys = keys = None
+        if self._index_enabled:
+            uniq_keys = batch.one_key_each()
+            if uniq_keys is None:
+                keys = batch.index_keys()
+            self._reserve_index_entries(len(uniq_keys) if uniq_keys is not None else sum(map(len, keys or ())))
+        stamp = now_ms()
+        offsets = batch.offsets(self.commitlog.write_offset)
+        queue_offsets = range(queue_offset, queue_offset + count) if cq is not None else [0] * count
+        self.commitlog.append_parts(batch.encode(offsets, queue_offsets, stamp), size)
+        self._pending.append(BatchAppended(batch, cq, offsets, queue_offset, stamp, uniq_keys, keys))
+        self._appended(cq, queue_offset + count - 1, offsets[-1], stamp, count)
+        return BatchPut(offsets, queue_offset if cq is not None else 0, offsets[-1] + batch.sizes[-1], stamp)
 
     def _check_batch(self, records: list[MessageRecord]) -> None:
         """A batch's records: each body within the limit, all of one topic, queue and sysflag."""
@@ -264,12 +297,12 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
             raise MessageTooLargeError(
                 f"body of {len(rec.body)} bytes is over the {self._body_size_max}-byte limit")
 
-    def _claim_queue(self, rec: MessageRecord, count: int) -> tuple[ConsumeQueue | None, int]:
-        """The queue ``count`` records of ``rec``'s topic and queue go to, and their first
+    def _claim_queue(self, topic: str, queue_id: int, sysflag: int, count: int) -> tuple[ConsumeQueue | None, int]:
+        """The queue ``count`` records of ``topic`` and ``queue_id`` go to, and their first
         offset, with queue-file room made (transaction halves get none: offset 0)."""
-        if rec.sysflag & TRANSACTION_HALF_BIT:
+        if sysflag & TRANSACTION_HALF_BIT:
             return None, 0
-        cq = self.queues.queues.get((rec.topic, rec.queue_id)) or self.queues.get_or_create(rec.topic, rec.queue_id)
+        cq = self.queues.queues.get((topic, queue_id)) or self.queues.get_or_create(topic, queue_id)
         first = cq.assigned
         if first + count > cq.room_end:
             cq.ensure_room(first)
@@ -290,7 +323,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
             cq.assigned = last_queue_offset + 1
         self._last_store_ts = stamp
         self._log_grew.set()
-        pending = len(self._pending)
+        pending = self._pending_records = self._pending_records + count
         if pending == count:
             self._dispatch_wanted.set()
         if pending >= DISPATCH_BATCH_MAX:
@@ -310,12 +343,17 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
 
     def dispatch_pending(self) -> int:
         """Write the queue and index entries of every record put but not yet dispatched."""
-        pending = self._pending
+        pending, count = self._pending, self._pending_records
         if not pending:
             return 0
         self._pending = []
+        self._pending_records = 0
         index_entries: list[tuple[int, int, int]] = []
-        for rec, cq, phys, size, queue_offset, stamp, keys in pending:
+        for unit in pending:
+            if type(unit) is BatchAppended:
+                self._dispatch_batch(unit, index_entries)
+                continue
+            rec, cq, phys, size, queue_offset, stamp, keys = unit  # type: ignore[misc]
             if cq is not None:
                 cq.put_entry(queue_offset, phys, size, tags_code(rec.properties.get(TAGS_PROPERTY))
                              if rec.topic != SCHEDULE_TOPIC else
@@ -325,11 +363,31 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
                 index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
         self.index.put_many(index_entries)
         last = pending[-1]
-        self.reput_offset = last[2] + last[3]
-        self._last_dispatch_ts = last[5]
+        if type(last) is BatchAppended:
+            self.reput_offset = last.offsets[-1] + last.batch.sizes[-1]
+            self._last_dispatch_ts = last.store_timestamp
+        else:
+            self.reput_offset = last[2] + last[3]  # type: ignore[operator]
+            self._last_dispatch_ts = last[5]  # type: ignore[assignment]
         if self._notify_dispatch and self.plugins is not None:
             self.plugins.records_dispatched(self.root, DispatchBatch(pending, self._delay_levels_ms))
-        return len(pending)
+        return count
+
+    def _dispatch_batch(self, put: BatchAppended, index_entries: list[tuple[int, int, int]]) -> None:
+        """A batch's queue entries in one write, its index entries onto ``index_entries``."""
+        batch = put.batch
+        if put.cq is not None:
+            put.cq.put_entries(put.queue_offset, put.offsets, batch.sizes, batch.tags_codes())
+        seed, stamp = topic_hash_seed(batch.topic), put.store_timestamp
+        if put.uniq_keys:
+            if index_entries:  # entries keep the log's order
+                self.index.put_many(index_entries)
+                index_entries.clear()
+            self.index.put_run(list(map(and_, map(crc32, put.uniq_keys, repeat(seed)), repeat(HASH_MASK))),
+                               put.offsets, stamp)
+        elif put.keys:
+            index_entries.extend([(crc32(key, seed) & HASH_MASK, phys, stamp)
+                                  for keys, phys in zip(put.keys, put.offsets) for key in keys])
 
     async def _dispatch_loop(self) -> None:
         while True:

@@ -25,6 +25,16 @@ class PutResult(NamedTuple):
     flushed: bool = True
 
 
+class BatchPut(NamedTuple):
+    """Where a batch's records went: each one's physical offset, the first's queue offset
+    (the rest follow it), where the last one ends, and their store time."""
+
+    offsets: list[int]
+    queue_offset: int
+    end: int
+    store_timestamp: int
+
+
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
     clean_shutdown: bool

@@ -51,10 +51,11 @@ from core.store.message_store import (
     MessageStore,
     now_ms,
 )
-from core.store.store_types import PutResult, RecoveryReport, StoreHooks
+from core.store.store_types import BatchPut, PutResult, RecoveryReport, StoreHooks
 from formats import dledger
 from formats.properties import index_keys
 from formats.record import MessageRecord, prepare_record, read_store_timestamp, write_record
+from formats.record_batch import RecordBatch
 from formats.segments import parse_segment_name
 from replication.dledger.disk_log import (
     DiskRaftLog,
@@ -206,7 +207,8 @@ class DLedgerMessageStore(MessageStore):
             self._refuse()
         self._check_batch(records)
         preps = [prepare_record(rec) for rec in records]
-        cq, queue_offset = self._claim_queue(records[0], len(records))
+        first = records[0]
+        cq, queue_offset = self._claim_queue(first.topic, first.queue_id, first.sysflag, len(records))
         stamp = now_ms()
         offsets = self.raft_log.record_offsets([prep[0] for prep in preps])
         queue_offsets = [queue_offset + i if cq is not None else 0 for i in range(len(records))]
@@ -229,6 +231,13 @@ class DLedgerMessageStore(MessageStore):
             (first + i, term, (rec, cq, phys, prep[0], qo, stamp, k))
             for i, (rec, prep, phys, qo, k) in enumerate(zip(records, preps, offsets, queue_offsets, keys)))
         return [PutResult(phys, qo, prep[0], stamp) for phys, qo, prep in zip(offsets, queue_offsets, preps)]
+
+    def put_batch(self, batch: RecordBatch) -> BatchPut:
+        """A batch's records proposed as entries, one each (RocketMQ's DLedger does the same)."""
+        results = self.put_many([batch.record(i, 0, 0, 0) for i in range(len(batch))])
+        last = results[-1]
+        return BatchPut([r.phys_offset for r in results], results[0].queue_offset, last.phys_offset + last.size,
+                        last.store_timestamp)
 
     def entry_at_record(self, phys_offset: int) -> tuple[int, int]:
         """The raft index and term of the entry holding the record at ``phys_offset``."""

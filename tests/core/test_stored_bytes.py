@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from core.broker.batch_send import BatchSend, batch_records
+from core.broker.batch_send import BatchSend, batch_records, record_batch
 from core.config import StoreConfig
 from core.store import message_store
+from core.store.key_index import KeyIndex
 from core.store.message_store import MessageStore, opened_store
 from formats.batch import BatchItem, encode_batch
 from formats.record import MessageRecord, decode_record, encode_record
@@ -38,19 +39,29 @@ def _items(rng: random.Random, count: int, kind: str) -> list[BatchItem]:
     return out
 
 
-def _write(store: MessageStore) -> None:
+def _write(store: MessageStore, batch_path: bool) -> int:
+    """The sends; how many batches the batch path took (items with WAIT or DELAY take the
+    per-record path)."""
     rng = random.Random(36)
     sends = [("Orders", 40, "plain", ("127.0.0.1", 40001)), ("Orders", 20, "tagged", ("::1", 40002)),
              ("Mixed", 10, "mixed", ("10.0.0.7", 40003)), (LONG_TOPIC, 5, "plain", ("127.0.0.1", 40004)),
              ("Orders", 30, "plain", ("127.0.0.1", 40001))]
+    took = 0
     for n, (topic, count, kind, born) in enumerate(sends):
         send = BatchSend(topic, n % 2, 0, 1_795_000_000_000 + n, born, ("192.168.7.1", 10911), n % 3, "C1")
-        records = batch_records(send, encode_batch(_items(rng, count, kind)))
-        assert not isinstance(records, str)
-        store.put_many(records)
+        body = encode_batch(_items(rng, count, kind))
+        batch = record_batch(send, body) if batch_path else None
+        if batch is not None:
+            store.put_batch(batch)
+            took += 1
+        else:
+            records = batch_records(send, body)
+            assert not isinstance(records, str)
+            store.put_many(records)
         store.put(MessageRecord(topic, rng.randbytes(700), {"UNIQ_KEY": f"S{n}", "TAGS": "single"}, n % 2,
                                 born_timestamp=1, born_host=born, store_host=("192.168.7.1", 10911)))
     store.dispatch_pending()
+    return took
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -74,9 +85,10 @@ def frozen_clock(monkeypatch):
     monkeypatch.setattr(message_store, "now_ms", lambda: STORE_NOW_MS)
 
 
-def test_master_and_slave_store_the_same_bytes_as_before(tmp_path, frozen_clock):
+@pytest.mark.parametrize("batch_path", [False, True], ids=["per-record", "batch"])
+def test_master_and_slave_store_the_same_bytes_as_before(tmp_path, frozen_clock, batch_path):
     with opened_store(tmp_path / "master", CONFIG) as master:
-        _write(master)
+        assert _write(master, batch_path) == (4 if batch_path else 0)
         log_end = master.log_end
         chunks = []
         at = 0
@@ -110,3 +122,33 @@ def _raw_records(root: Path) -> list[bytes]:
             out.append(data[at:at + size])
             at += size
     return out
+
+
+@pytest.mark.parametrize("slots", [7, 5003], ids=["slots-shared", "slots-apart"])
+def test_an_index_run_writes_what_entry_by_entry_writes(tmp_path, slots):
+    """KeyIndex.put_run (one packing, one slot gather) against put_many, over runs that start
+    a file, fill one and spill into the next, with and without keys sharing a slot."""
+    rng = random.Random(slots)
+    runs = [[rng.getrandbits(31) for _ in range(n)] for n in (1, 40, 128, 3, 90, 128)]
+    indexes = {}
+    for how in ("many", "run"):
+        index = KeyIndex(tmp_path / how, slots, 200)
+        index.recover(0)
+        phys = 0
+        for n, hashes in enumerate(runs):
+            offsets = [phys + 100 * i for i in range(len(hashes))]
+            phys = offsets[-1] + 100
+            index.reserve(len(hashes))
+            stamp = 1_795_000_000_000 + 1500 * n
+            if how == "run":
+                index.put_run(hashes, offsets, stamp)
+            else:
+                index.put_many(list(zip(hashes, offsets, [stamp] * len(hashes))))
+        for ix in index.files:
+            ix.write_header()
+        indexes[how] = [bytes(ix.mf.view) for ix in index.files]
+        found = [phys_ for ix in index.files for phys_ in ix.lookup(runs[-1][0], 0, 2**62, 50)]
+        assert offsets[0] in found  # the last run's first key leads to its record
+        index.close()
+    assert len(indexes["run"]) == 3
+    assert indexes["run"] == indexes["many"]

@@ -1,0 +1,209 @@
+"""A batch body's items as the stored records they become, built a batch at a time.
+
+Each item of a batch body (:mod:`formats.batch`) becomes one record (:mod:`formats.record`)
+that shares every field but five with the other records of its request:
+
+```
+ item    [TOTALSIZE][MAGIC 0][BODYCRC 0][FLAG][blen][BODY][plen][PROPERTIES]
+                                           |     |     |           |
+ record  [TOTALSIZE][MAGIC][BODYCRC][QUEUEID][FLAG][QUEUEOFFSET][PHYSICALOFFSET]
+         [SYSFLAG .. PREPARED TRANSACTION OFFSET]   <- "middle": one packing per batch
+         [blen][BODY][TOPIC][plen + s][PROPERTIES][suffix, s bytes: CLUSTER\\x01name\\x02]
+```
+Per record only TOTALSIZE, BODYCRC, FLAG, QUEUEOFFSET and PHYSICALOFFSET are computed.
+:meth:`RecordBatch.of_body` answers ``None`` for a batch whose properties need more than the
+suffix (a WAIT or CLUSTER to drop, a DELAY or TRAN_MSG to refuse or check, a text not ending
+in a separator, non-UTF-8) and for a malformed one: those take the per-record path
+(:func:`formats.batch.decode_batch`), which gives the exact answer and error.
+
+A property is looked for once in the whole batch: every item's text ends with ``\\x02`` (or is
+empty), so in ``\\x02`` + the texts joined, a name begins a pair exactly where ``\\x02NAME\\x01``
+occurs.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from itertools import accumulate, repeat
+
+from formats.properties import PROPERTIES_SIZE_MAX, decode_properties
+from formats.record import CRC_MASK, Host, MessageRecord, shared_fields
+from formats.tags import tags_code
+
+_ITEM_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, body length
+_I16 = struct.Struct(">h")
+_ITEM_OVERHEAD = 22
+_BORN = struct.Struct(">iq")  # SYSFLAG, BORNTIMESTAMP
+_PORT = struct.Struct(">i")
+_STORE_TS = struct.Struct(">q")
+_AFTER_HOSTS = struct.Struct(">iq")  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET
+# Names that send a batch to the per-record path.
+_PER_RECORD_NAMES = (b"\x02WAIT\x01", b"\x02CLUSTER\x01", b"\x02DELAY\x01", b"\x02TRAN_MSG\x01")
+_TAGS = b"\x02TAGS\x01"
+_KEYS = b"\x02KEYS\x01"
+_UNIQ_KEY = b"\x02UNIQ_KEY\x01"
+_UNIQ_VALUE = re.compile(b"\x02UNIQ_KEY\x01([^\x02]*)")
+
+
+class RecordBatch:
+    """The records one batch request stores: common fields once, each item's parts in lists."""
+
+    __slots__ = ("_fixed", "_head", "_magic", "_tail", "_text", "_topic_field", "bodies", "born_host",
+                 "born_timestamp", "flags", "properties", "queue_id", "reconsume_times", "sizes",
+                 "store_host", "suffix", "sysflag", "topic")
+
+    def __init__(self, topic: str, queue_id: int, sysflag: int, born_timestamp: int, born_host: Host,
+                 store_host: Host, reconsume_times: int, suffix: bytes,
+                 bodies: list[bytes], properties: list[bytes], flags: list[int]) -> None:
+        self.topic, self.queue_id, self.born_timestamp = topic, queue_id, born_timestamp
+        self.born_host, self.store_host, self.reconsume_times = born_host, store_host, reconsume_times
+        self.suffix = suffix
+        self.bodies = bodies
+        self.properties = properties  # each item's own text; the suffix follows it when stored
+        self.flags = flags
+        self._text = b"\x02" + b"".join(properties)
+        fixed, self._magic, self.sysflag, born, store, _v4, self._topic_field = shared_fields(
+            topic, born_host, store_host, sysflag)
+        self._fixed = (born, store)
+        middle_size = 4 + 8 + len(born) + 4 + 8 + len(store) + 4 + 4 + 8
+        self._head = struct.Struct(f">iiiiiqq{middle_size}si")
+        self._tail = struct.Struct(f">{len(self._topic_field)}sh")
+        fixed += len(suffix)
+        self.sizes = [fixed + len(b) + len(p) for b, p in zip(bodies, properties)]
+
+    @classmethod
+    def of_body(cls, body: bytes, *, topic: str, queue_id: int, sysflag: int, born_timestamp: int,
+                born_host: Host, store_host: Host, reconsume_times: int, suffix: bytes) -> RecordBatch | None:
+        """The records of batch ``body`` (fields after the body: what every record of the
+        request shares), or ``None`` when it takes the per-record path (module docstring)."""
+        bodies: list[bytes] = []
+        texts: list[bytes] = []
+        flags: list[int] = []
+        unpack_head, unpack_i16 = _ITEM_HEAD.unpack_from, _I16.unpack_from
+        pos, end = 0, len(body)
+        while pos < end:
+            if end - pos < _ITEM_OVERHEAD:
+                return None
+            total, _magic, _crc, flag, body_len = unpack_head(body, pos)
+            item_end = pos + total
+            props_at = pos + 20 + body_len
+            if body_len < 0 or total < _ITEM_OVERHEAD + body_len or item_end > end:
+                return None
+            props_len = unpack_i16(body, props_at)[0]
+            if props_at + 2 + props_len != item_end or (props_len and body[item_end - 1] != 2):
+                return None
+            bodies.append(body[pos + 20 : props_at])
+            texts.append(body[props_at + 2 : item_end])
+            flags.append(flag)
+            pos = item_end
+        if not bodies or max(map(len, texts)) + len(suffix) > PROPERTIES_SIZE_MAX:
+            return None
+        batch = cls(topic, queue_id, sysflag, born_timestamp, born_host, store_host, reconsume_times, suffix,
+                    bodies, texts, flags)
+        text = batch._text
+        if any(name in text for name in _PER_RECORD_NAMES) or not (text.isascii() or _utf8(text)):
+            return None
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def offsets(self, first_phys: int) -> list[int]:
+        """Each record's physical offset when the batch is stored from ``first_phys``."""
+        return list(accumulate(self.sizes[:-1], initial=first_phys))
+
+    def encode(self, offsets: list[int], queue_offsets: range | list[int], store_timestamp: int) -> list[bytes]:
+        """The records' bytes as parts, five a record, to write back to back."""
+        born, store = self._fixed
+        middle = b"".join((_BORN.pack(self.sysflag, self.born_timestamp), born, _PORT.pack(self.born_host[1]),
+                           _STORE_TS.pack(store_timestamp), store, _PORT.pack(self.store_host[1]),
+                           _AFTER_HOSTS.pack(self.reconsume_times, 0)))
+        pack_head, pack_tail, topic_field = self._head.pack, self._tail.pack, self._topic_field
+        magic, queue_id, suffix, extra = self._magic, self.queue_id, self.suffix, len(self.suffix)
+        parts: list[bytes] = []
+        for size, crc, flag, qo, phys, body, props in zip(
+                self.sizes, map(zlib.crc32, self.bodies), self.flags, queue_offsets, offsets, self.bodies,
+                self.properties):
+            parts += (pack_head(size, magic, crc & CRC_MASK, queue_id, flag, qo, phys, middle, len(body)),
+                      body, pack_tail(topic_field, len(props) + extra), props, suffix)
+        return parts
+
+    def records_bytes(self, offsets: list[int], queue_offsets: range | list[int],
+                      store_timestamp: int) -> list[bytes]:
+        """Each record's bytes on its own (a raft entry each)."""
+        parts = self.encode(offsets, queue_offsets, store_timestamp)
+        return [b"".join(parts[i : i + 5]) for i in range(0, len(parts), 5)]
+
+    def tags_codes(self) -> list[int] | None:
+        """Each record's ConsumeQueue tagsCode; ``None`` when no record has a tag (all 0)."""
+        if _TAGS not in self._text:
+            return None
+        return [tags_code(_value(text, _TAGS)) for text in self.properties]
+
+    def one_key_each(self) -> list[bytes] | None:
+        """Each record's only index key, when every record has a UNIQ_KEY and no KEYS (what
+        producers send); else ``None`` (:meth:`index_keys` then). Found in one pass: when each
+        text names UNIQ_KEY once and the joined texts hold as many pair starts of it, the
+        values found in order are the records' own."""
+        text = self._text
+        if _KEYS in text:
+            return None
+        name = _UNIQ_KEY[1:]
+        if list(map(bytes.count, self.properties, repeat(name))).count(1) != len(self.properties) \
+                or text.count(_UNIQ_KEY) != len(self.properties):
+            return None
+        values = _UNIQ_VALUE.findall(text)
+        return values if b"" not in values else None
+
+    def index_keys(self) -> list[list[bytes]]:
+        """Each record's index keys, as :func:`formats.properties.index_keys` gives them: its
+        KEYS split on whitespace, then its UNIQ_KEY (UTF-8)."""
+        has_keys, has_uniq = _KEYS in self._text, _UNIQ_KEY in self._text
+        if not has_keys:
+            if not has_uniq:
+                return [[] for _ in self.properties]
+            return [[uniq] if (uniq := _bytes_value(text, _UNIQ_KEY)) else [] for text in self.properties]
+        out = []
+        for text in self.properties:
+            raw = _value(text, _KEYS)
+            keys = [key.encode() for key in raw.split()] if raw else []
+            uniq = _bytes_value(text, _UNIQ_KEY) if has_uniq else None
+            if uniq:
+                keys.append(uniq)
+            out.append(keys)
+        return out
+
+    def record(self, i: int, phys: int, queue_offset: int, store_timestamp: int) -> MessageRecord:
+        """Record ``i`` as a :class:`MessageRecord` (for listeners that read records)."""
+        text = self.properties[i] + self.suffix
+        return MessageRecord(
+            self.topic, self.bodies[i], decode_properties(text.decode()), self.queue_id, self.flags[i],
+            queue_offset, phys, self.sysflag, self.born_timestamp, self.born_host, store_timestamp,
+            self.store_host, self.reconsume_times, total_size=self.sizes[i], properties_text=text)
+
+
+def _bytes_value(text: bytes, pattern: bytes) -> bytes | None:
+    """The value of the last pair named by ``pattern`` (``\\x02NAME\\x01``) in ``text``."""
+    at = text.rfind(pattern)
+    if at >= 0:
+        at += len(pattern)
+    elif text.startswith(pattern[1:]):
+        at = len(pattern) - 1
+    else:
+        return None
+    return text[at : text.find(b"\x02", at)]
+
+
+def _value(text: bytes, pattern: bytes) -> str | None:
+    raw = _bytes_value(text, pattern)
+    return None if raw is None else raw.decode()
+
+
+def _utf8(text: bytes) -> bool:
+    try:
+        text.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
