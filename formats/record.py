@@ -375,7 +375,7 @@ def decode_record(
 
 # TOTALSIZE, MAGIC, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP and the body length of a
 # record with IPv4 hosts: what dispatch needs from the 88-byte head.
-_DISPATCH_HEAD_V4 = struct.Struct(">ii4xi4xq8xi16xq20xi")
+DISPATCH_HEAD_V4 = struct.Struct(">ii4xi4xq8xi16xq20xi")
 
 
 class DispatchFields(NamedTuple):
@@ -408,12 +408,12 @@ def decode_dispatch_fields(buf: ReadableBytes, pos: int, limit: int) -> Dispatch
 
 
 def _v4_layout(buf: ReadableBytes, pos: int, limit: int) -> tuple[tuple[int, ...], int, int, int] | None:
-    """For a sound record with IPv4 hosts at ``pos``: its head fields (_DISPATCH_HEAD_V4), where
+    """For a sound record with IPv4 hosts at ``pos``: its head fields (DISPATCH_HEAD_V4), where
     its topic and its properties start, and where it ends; None for anything else (IPv6 hosts,
     damage), which the full decoder handles."""
     if limit - pos < 88:
         return None
-    head = _DISPATCH_HEAD_V4.unpack_from(buf, pos)
+    head = DISPATCH_HEAD_V4.unpack_from(buf, pos)
     total, magic, _, _, flags, _, body_len = head
     if flags & _V6_BITS or magic not in (MAGIC_V1, MAGIC_V2) or not RECORD_SIZE_MIN <= total <= limit - pos:
         return None

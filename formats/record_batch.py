@@ -14,23 +14,19 @@ Per record only TOTALSIZE, BODYCRC, FLAG, QUEUEOFFSET and PHYSICALOFFSET are com
 :meth:`RecordBatch.of_body` answers ``None`` for a batch whose properties need more than the
 suffix (a WAIT or CLUSTER to drop, a DELAY or TRAN_MSG to refuse or check, a text not ending
 in a separator, non-UTF-8) and for a malformed one: those take the per-record path
-(:func:`formats.batch.decode_batch`), which gives the exact answer and error.
-
-A property is looked for once in the whole batch: every item's text ends with ``\\x02`` (or is
-empty), so in ``\\x02`` + the texts joined, a name begins a pair exactly where ``\\x02NAME\\x01``
-occurs.
+(:func:`formats.batch.decode_batch`), which gives the exact answer and error. Properties are
+looked for once in the whole batch (:mod:`formats.property_texts`).
 """
 
 from __future__ import annotations
 
-import re
 import struct
 import zlib
-from itertools import accumulate, repeat
+from itertools import accumulate
 
+from formats import property_texts
 from formats.properties import PROPERTIES_SIZE_MAX, decode_properties
 from formats.record import CRC_MASK, Host, MessageRecord, shared_fields
-from formats.tags import tags_code
 
 _ITEM_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, body length
 _I16 = struct.Struct(">h")
@@ -41,10 +37,6 @@ _STORE_TS = struct.Struct(">q")
 _AFTER_HOSTS = struct.Struct(">iq")  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET
 # Names that send a batch to the per-record path.
 _PER_RECORD_NAMES = (b"\x02WAIT\x01", b"\x02CLUSTER\x01", b"\x02DELAY\x01", b"\x02TRAN_MSG\x01")
-_TAGS = b"\x02TAGS\x01"
-_KEYS = b"\x02KEYS\x01"
-_UNIQ_KEY = b"\x02UNIQ_KEY\x01"
-_UNIQ_VALUE = re.compile(b"\x02UNIQ_KEY\x01([^\x02]*)")
 
 
 class RecordBatch:
@@ -56,14 +48,14 @@ class RecordBatch:
 
     def __init__(self, topic: str, queue_id: int, sysflag: int, born_timestamp: int, born_host: Host,
                  store_host: Host, reconsume_times: int, suffix: bytes,
-                 bodies: list[bytes], properties: list[bytes], flags: list[int]) -> None:
+                 bodies: list[bytes], properties: list[bytes], flags: list[int], text: bytes) -> None:
         self.topic, self.queue_id, self.born_timestamp = topic, queue_id, born_timestamp
         self.born_host, self.store_host, self.reconsume_times = born_host, store_host, reconsume_times
         self.suffix = suffix
         self.bodies = bodies
         self.properties = properties  # each item's own text; the suffix follows it when stored
         self.flags = flags
-        self._text = b"\x02" + b"".join(properties)
+        self._text = text  # the run text of ``properties`` (formats.property_texts)
         fixed, self._magic, self.sysflag, born, store, _v4, self._topic_field = shared_fields(
             topic, born_host, store_host, sysflag)
         self._fixed = (born, store)
@@ -100,12 +92,11 @@ class RecordBatch:
             pos = item_end
         if not bodies or max(map(len, texts)) + len(suffix) > PROPERTIES_SIZE_MAX:
             return None
-        batch = cls(topic, queue_id, sysflag, born_timestamp, born_host, store_host, reconsume_times, suffix,
-                    bodies, texts, flags)
-        text = batch._text
-        if any(name in text for name in _PER_RECORD_NAMES) or not (text.isascii() or _utf8(text)):
+        text = property_texts.run_text(texts)
+        if text is None or any(name in text for name in _PER_RECORD_NAMES):
             return None
-        return batch
+        return cls(topic, queue_id, sysflag, born_timestamp, born_host, store_host, reconsume_times, suffix,
+                   bodies, texts, flags, text)
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -138,42 +129,15 @@ class RecordBatch:
 
     def tags_codes(self) -> list[int] | None:
         """Each record's ConsumeQueue tagsCode; ``None`` when no record has a tag (all 0)."""
-        if _TAGS not in self._text:
-            return None
-        return [tags_code(_value(text, _TAGS)) for text in self.properties]
+        return property_texts.tags_codes(self.properties, self._text)
 
     def one_key_each(self) -> list[bytes] | None:
-        """Each record's only index key, when every record has a UNIQ_KEY and no KEYS (what
-        producers send); else ``None`` (:meth:`index_keys` then). Found in one pass: when each
-        text names UNIQ_KEY once and the joined texts hold as many pair starts of it, the
-        values found in order are the records' own."""
-        text = self._text
-        if _KEYS in text:
-            return None
-        name = _UNIQ_KEY[1:]
-        if list(map(bytes.count, self.properties, repeat(name))).count(1) != len(self.properties) \
-                or text.count(_UNIQ_KEY) != len(self.properties):
-            return None
-        values = _UNIQ_VALUE.findall(text)
-        return values if b"" not in values else None
+        """Each record's only index key (its UNIQ_KEY), or ``None``: :meth:`index_keys`."""
+        return property_texts.one_key_each(self.properties, self._text)
 
     def index_keys(self) -> list[list[bytes]]:
-        """Each record's index keys, as :func:`formats.properties.index_keys` gives them: its
-        KEYS split on whitespace, then its UNIQ_KEY (UTF-8)."""
-        has_keys, has_uniq = _KEYS in self._text, _UNIQ_KEY in self._text
-        if not has_keys:
-            if not has_uniq:
-                return [[] for _ in self.properties]
-            return [[uniq] if (uniq := _bytes_value(text, _UNIQ_KEY)) else [] for text in self.properties]
-        out = []
-        for text in self.properties:
-            raw = _value(text, _KEYS)
-            keys = [key.encode() for key in raw.split()] if raw else []
-            uniq = _bytes_value(text, _UNIQ_KEY) if has_uniq else None
-            if uniq:
-                keys.append(uniq)
-            out.append(keys)
-        return out
+        """Each record's index keys (KEYS split on whitespace, then UNIQ_KEY)."""
+        return property_texts.index_keys(self.properties, self._text)
 
     def record(self, i: int, phys: int, queue_offset: int, store_timestamp: int) -> MessageRecord:
         """Record ``i`` as a :class:`MessageRecord` (for listeners that read records)."""
@@ -183,27 +147,3 @@ class RecordBatch:
             queue_offset, phys, self.sysflag, self.born_timestamp, self.born_host, store_timestamp,
             self.store_host, self.reconsume_times, total_size=self.sizes[i], properties_text=text)
 
-
-def _bytes_value(text: bytes, pattern: bytes) -> bytes | None:
-    """The value of the last pair named by ``pattern`` (``\\x02NAME\\x01``) in ``text``."""
-    at = text.rfind(pattern)
-    if at >= 0:
-        at += len(pattern)
-    elif text.startswith(pattern[1:]):
-        at = len(pattern) - 1
-    else:
-        return None
-    return text[at : text.find(b"\x02", at)]
-
-
-def _value(text: bytes, pattern: bytes) -> str | None:
-    raw = _bytes_value(text, pattern)
-    return None if raw is None else raw.decode()
-
-
-def _utf8(text: bytes) -> bool:
-    try:
-        text.decode()
-    except UnicodeDecodeError:
-        return False
-    return True

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple, overload
 
 from core.topic_names import SCHEDULE_TOPIC
-from formats.properties import DELAY, TAGS, TIMER_OUT_MS, UNIQ_KEY, message_keys
+from formats.properties import DELAY, TAGS, TIMER_OUT_MS, UNIQ_KEY, decode_properties, message_keys
 from formats.record import MessageRecord
 from formats.record_batch import RecordBatch
 from formats.sysflag import is_dispatched
@@ -116,18 +116,45 @@ class BatchAppended(NamedTuple):
 DispatchFields = tuple[str, int, int, int, int, int, int, int, dict[str, str]]
 
 
+class LogRun(NamedTuple):
+    """Records found in the log one after another in one queue (a master's batch, copied),
+    dispatched together: their topic, queue and sysflag, the first queue offset (the rest
+    follow it), and each one's physical offset, size, store time and properties text."""
+
+    topic: str
+    queue_id: int
+    sysflag: int
+    queue_offset: int
+    offsets: list[int]
+    sizes: list[int]
+    tags: list[int] | None  # None: all 0
+    stamps: list[int]
+    texts: list[bytes]
+
+    def fields(self) -> list[DispatchFields]:
+        tags = self.tags or [0] * len(self.offsets)
+        return [(self.topic, self.queue_id, self.queue_offset + i, phys, size, tag, stamp, self.sysflag,
+                 decode_properties(text.decode()))
+                for i, (phys, size, tag, stamp, text) in enumerate(zip(self.offsets, self.sizes, tags, self.stamps,
+                                                                       self.texts))]
+
+
+# What a DispatchBatch is built from: records put one by one or as a batch, records found in
+# the log, one by one or as a run.
+DispatchUnit = Appended | BatchAppended | DispatchFields | LogRun
+
+
 class DispatchBatch(Sequence[DispatchRequest]):
-    """Records just dispatched, as ``mq_records_dispatched`` sees them. Requests are built
-    when read: building one per record on every append cost a tenth of the broker's batch
-    path, and the usual listener (long polling) only needs :attr:`queues`."""
+    """Records just dispatched, as ``mq_records_dispatched`` sees them: made of what the
+    dispatcher had at hand (:data:`DispatchUnit`), turned into requests only when read.
+    Building one per record on every append cost a tenth of the broker's batch path, and the
+    usual listener (long polling) only needs :attr:`queues`."""
 
-    __slots__ = ("_appended", "_delay_levels_ms", "_fields", "_requests", "_units")
+    __slots__ = ("_delay_levels_ms", "_requests", "_units")
 
-    def __init__(self, appended: Sequence[Appended | BatchAppended], delay_levels_ms: tuple[int, ...] = ()) -> None:
-        self._units = appended
-        self._appended: Sequence[Appended] | None = None
+    def __init__(self, units: Sequence[DispatchUnit], delay_levels_ms: tuple[int, ...] = ()) -> None:
+        self._units = units
         self._delay_levels_ms = delay_levels_ms
-        self._fields: Sequence[DispatchFields] | None = None
         self._requests: Sequence[DispatchRequest] | None = None
 
     @classmethod
@@ -137,19 +164,10 @@ class DispatchBatch(Sequence[DispatchRequest]):
         batch._requests = requests
         return batch
 
-    @classmethod
-    def of_fields(cls, fields: Sequence[DispatchFields]) -> DispatchBatch:
-        """A batch of records found by scanning the log, known by their fields."""
-        batch = cls(())
-        batch._fields = fields
-        return batch
-
     def __len__(self) -> int:
         if self._requests is not None:
             return len(self._requests)
-        if self._fields is not None:
-            return len(self._fields)
-        return sum(len(u.offsets) if type(u) is BatchAppended else 1 for u in self._units)
+        return sum(len(u.offsets) if type(u) in (BatchAppended, LogRun) else 1 for u in self._units)  # type: ignore[union-attr]
 
     @overload
     def __getitem__(self, index: int) -> DispatchRequest: ...
@@ -157,22 +175,18 @@ class DispatchBatch(Sequence[DispatchRequest]):
     def __getitem__(self, index: slice) -> Sequence[DispatchRequest]: ...
 
     def __getitem__(self, index: int | slice) -> DispatchRequest | Sequence[DispatchRequest]:
-        if self._requests is not None:
-            return self._requests[index]
-        if self._fields is not None:
-            if isinstance(index, slice):
-                return [DispatchRequest.of_fields(*f) for f in self._fields[index]]
-            return DispatchRequest.of_fields(*self._fields[index])
-        appended = self._records()
-        if isinstance(index, slice):
-            return [self._request(a) for a in appended[index]]
-        return self._request(appended[index])
+        if self._requests is None:
+            self._requests = [request for unit in self._units for request in self._unit_requests(unit)]
+        return self._requests[index]
 
-    def _records(self) -> Sequence[Appended]:
-        if self._appended is None:
-            self._appended = [a for u in self._units
-                              for a in (u.appended() if type(u) is BatchAppended else (u,))]  # type: ignore[union-attr]
-        return self._appended
+    def _unit_requests(self, unit: DispatchUnit) -> list[DispatchRequest]:
+        if type(unit) is LogRun:
+            return [DispatchRequest.of_fields(*f) for f in unit.fields()]
+        if type(unit) is BatchAppended:
+            return [self._request(a) for a in unit.appended()]
+        if isinstance(unit[0], str):  # found in the log
+            return [DispatchRequest.of_fields(*unit)]  # type: ignore[arg-type]
+        return [self._request(unit)]  # type: ignore[arg-type]
 
     def _request(self, appended: Appended) -> DispatchRequest:
         rec, _cq, phys, size, queue_offset, stamp, _keys = appended
@@ -183,7 +197,14 @@ class DispatchBatch(Sequence[DispatchRequest]):
         """The (topic, queue id) pairs that received records."""
         if self._requests is not None:
             return {(r.topic, r.queue_id) for r in self._requests}
-        if self._fields is not None:
-            return {(f[0], f[1]) for f in self._fields}
-        return {(u.batch.topic, u.batch.queue_id) if type(u) is BatchAppended else (u[0].topic, u[0].queue_id)
-                for u in self._units}
+        return {_unit_queue(u) for u in self._units}
+
+
+def _unit_queue(unit: DispatchUnit) -> tuple[str, int]:
+    if type(unit) is LogRun:
+        return unit.topic, unit.queue_id
+    if type(unit) is BatchAppended:
+        return unit.batch.topic, unit.batch.queue_id
+    if isinstance(unit[0], str):
+        return unit[0], unit[1]  # type: ignore[return-value]
+    return unit[0].topic, unit[0].queue_id  # type: ignore[union-attr]

@@ -33,7 +33,7 @@ import struct
 import sys
 import time
 import zlib
-from itertools import chain, repeat
+from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 
@@ -165,16 +165,16 @@ class IndexFile:
             self.mf.dirty = True
         return done
 
-    def put_run(self, hashes: list[int], offsets: list[int], store_ts: int) -> int:
-        """:meth:`put_many` for one key a record, all stored at ``store_ts`` (a batch's
-        UNIQ_KEYs): the entries in one packing, the slots they hit read in one gather, when the
-        run fits the file, is not its first entry and hits each slot once; else one by one."""
+    def put_run(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> int:
+        """:meth:`put_many` for one key a record (a batch's UNIQ_KEYs): the entries in one
+        packing, the slots they hit read in one gather, when the run fits the file, is not its
+        first entry and hits each slot once; else one by one."""
         count = len(hashes)
         index = self.index_count
         slots = self.slots
         slot_of = [h % slots for h in hashes]
         if index <= 1 or index + count > self.entries or len(set(slot_of)) != count or count < 2:
-            return self.put_many(list(zip(hashes, offsets, repeat(store_ts))))
+            return self.put_many(list(zip(hashes, offsets, stamps)))
         view = self.mf.view
         with memoryview(view) as whole, whole[HEADER_SIZE : HEADER_SIZE + slots * SLOT_SIZE] as table, \
                 table.cast("i") as slot_ints:
@@ -183,10 +183,12 @@ class IndexFile:
                 prevs.byteswap()  # the file is big-endian
             ids = range(index, index + count)
             links = [p if 0 < p <= i else 0 for p, i in zip(prevs, ids)]
-            diff = (store_ts - self.begin_ts) // 1000
-            diff = diff if 0 <= diff < 2**31 else (0 if diff < 0 else 2**31 - 1)
+            begin = self.begin_ts
+            diffs = [(s - begin) // 1000 for s in stamps]
+            if min(diffs) < 0 or max(diffs) >= 2**31:
+                diffs = [d if 0 <= d < 2**31 else (0 if d < 0 else 2**31 - 1) for d in diffs]
             _entries_struct(count).pack_into(view, HEADER_SIZE + slots * SLOT_SIZE + index * ENTRY_SIZE,
-                                             *chain.from_iterable(zip(hashes, offsets, repeat(diff), links)))
+                                             *chain.from_iterable(zip(hashes, offsets, diffs, links)))
             new_ids = array.array("i", ids)
             if _SWAP:
                 new_ids.byteswap()
@@ -194,7 +196,7 @@ class IndexFile:
                 slot_ints[slot] = entry_id
         self.index_count = index + count
         self.slot_count += links.count(0)
-        self.end_ts, self.end_phy = store_ts, offsets[-1]
+        self.end_ts, self.end_phy = stamps[count - 1], offsets[count - 1]
         self.mf.dirty = True
         return count
 
@@ -302,16 +304,16 @@ class KeyIndex:
             done += ix.put_many(entries[done:])
         self._room = ix.room()
 
-    def put_run(self, hashes: list[int], offsets: list[int], store_ts: int) -> None:
-        """:meth:`put_many` for one reserved key a record, all stored at ``store_ts``."""
+    def put_run(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> None:
+        """:meth:`put_many` for one reserved key a record: ``(hashes[i], offsets[i], stamps[i])``."""
         if not hashes:
             return
         self.reserved = max(0, self.reserved - len(hashes))
         ix = self.files[-1]
-        done = ix.put_run(hashes, offsets, store_ts)
+        done = ix.put_run(hashes, offsets, stamps)
         while done < len(hashes):
             ix = self._new_file()
-            done += ix.put_run(hashes[done:], offsets[done:], store_ts)
+            done += ix.put_run(hashes[done:], offsets[done:], stamps[done:])
         self._room = ix.room()
 
     def indexed_below(self, phys: int) -> bool:

@@ -384,7 +384,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
                 self.index.put_many(index_entries)
                 index_entries.clear()
             self.index.put_run(list(map(and_, map(crc32, put.uniq_keys, repeat(seed)), repeat(HASH_MASK))),
-                               put.offsets, stamp)
+                               put.offsets, [stamp] * len(put.offsets))
         elif put.keys:
             index_entries.extend([(crc32(key, seed) & HASH_MASK, phys, stamp)
                                   for keys, phys in zip(put.keys, put.offsets) for key in keys])

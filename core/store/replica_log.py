@@ -15,13 +15,9 @@ import trio
 from core.errors import DiskFullError, StoreClosedError, StoreError
 from core.store.commitlog import CommitLog
 from core.store.consume_queue import ConsumeQueueTable
-from core.store.dispatch import Appended, DispatchBatch, DispatchFields, record_tags_code
-from core.store.key_index import KeyIndex, key_hash
+from core.store.key_index import KeyIndex
+from core.store.log_dispatch import LogDispatch
 from core.store.store_types import StoreHooks
-from formats.buffers import ReadableBytes
-from formats.properties import index_keys
-from formats.record import BLANK_MAGIC, BLANK_SIZE, decode_dispatch_fields
-from formats.sysflag import is_dispatched
 
 _SIZE_AND_MAGIC = struct.Struct(">ii")  # a record's (or BLANK's) first two fields
 
@@ -105,11 +101,8 @@ class ReplicaLog:
 
     def dispatch_replicated(self) -> int:
         """Dispatch every record that replicated bytes completed; returns how many. A chunk
-        may end inside a record: that one waits for the chunk holding its end.
-
-        A replica's hot loop: it reads the map a segment at a time, decodes only the fields
-        its queue and index entries need, and writes those entries as it goes (no pending list:
-        a replica puts nothing of its own)."""
+        may end inside a record: that one waits for the chunk holding its end. A replica's hot
+        loop, a segment at a time (:mod:`core.store.log_dispatch`)."""
         self.dispatch_pending()
         log_ = self.commitlog
         log_end = log_.write_offset
@@ -119,28 +112,20 @@ class ReplicaLog:
             seg = log_.segment_of(reput)
             if seg is None:
                 break
-            view, base = seg.view, seg.start
-            limit = min(log_end, seg.end) - base
-            pos = reput - base
-            while limit - pos >= BLANK_SIZE:
-                total, magic = _SIZE_AND_MAGIC.unpack_from(view, pos)
-                if magic == BLANK_MAGIC:
-                    pos = seg.size  # the rest of the segment is padding
-                    break
-                if total > limit - pos:
-                    break  # the rest of this record comes with the next chunk
-                batch.add(view, pos, total, base + pos)
-                pos += total
+            base = seg.start
+            # stops at a record the next chunk completes, or at the segment's end after a BLANK
+            pos = batch.scan(seg.view, reput - base, min(log_end, seg.end) - base, base)
             if base + pos == reput:
                 break
             reput = base + pos
         self.reput_offset = reput
         return batch.finish()
 
-    def dispatch_batch(self) -> RecordDispatch:
+    def dispatch_batch(self) -> LogDispatch:
         """A batch for dispatching records found in the log (a replica's or a raft log's):
-        :meth:`RecordDispatch.add` each, then :meth:`RecordDispatch.finish`."""
-        return RecordDispatch(self)
+        :meth:`LogDispatch.scan` or :meth:`LogDispatch.add` them, then
+        :meth:`LogDispatch.finish`."""
+        return LogDispatch(self)
 
     def truncate_replica(self, end: int) -> int:
         """Cut a replica's log (and the queue entries pointing into the cut) at ``end``, where
@@ -160,56 +145,3 @@ class ReplicaLog:
                 self._log_grew = trio.Event()
             await self._log_grew.wait()
 
-
-class RecordDispatch:
-    """Queue and index entries for records found in the log, written as they are added (a
-    replica's hot loop: only the fields its entries need are decoded, no MessageRecord)."""
-
-    __slots__ = ("_delay_levels", "_index_on", "_queues", "count", "fields", "index_entries", "stamp", "store")
-
-    def __init__(self, store: ReplicaLog) -> None:
-        self.store = store
-        self.count = 0
-        self.stamp = 0
-        self.index_entries: list[tuple[int, int, int]] = []
-        self.fields: list[DispatchFields] | None = [] if store._notify_dispatch else None
-        self._queues = store.queues.queues
-        self._index_on = store._index_enabled
-        self._delay_levels = store._delay_levels_ms
-
-    def add(self, view: ReadableBytes, pos: int, total: int, phys: int) -> None:
-        """The ``total``-byte record at ``pos`` of ``view``, which lies at ``phys`` in the log."""
-        total, topic, queue_id, queue_offset, sysflag, stamp, props = decode_dispatch_fields(view, pos, pos + total)
-        self._add(topic, queue_id, queue_offset, sysflag, stamp, props, phys, total,
-                  index_keys(props) if self._index_on else None)
-
-    def add_put(self, put: Appended) -> None:
-        """A record this store put itself, known without reading it back (a raft leader's)."""
-        rec, _cq, phys, size, queue_offset, stamp, keys = put
-        self._add(rec.topic, rec.queue_id, queue_offset, rec.sysflag, stamp, rec.properties, phys, size, keys)
-
-    def _add(self, topic: str, queue_id: int, queue_offset: int, sysflag: int, stamp: int, props: dict[str, str],
-             phys: int, total: int, keys: list[str] | None) -> None:
-        tags = record_tags_code(topic, props, stamp, self._delay_levels)
-        if is_dispatched(sysflag):
-            cq = self._queues.get((topic, queue_id)) or self.store.queues.get_or_create_for_log(topic, queue_id)
-            if cq is not None:
-                cq.put_entry(queue_offset, phys, total, tags)
-        if keys:
-            self.index_entries.extend([(key_hash(topic, k), phys, stamp) for k in keys])
-        if self.fields is not None:
-            self.fields.append((topic, queue_id, queue_offset, phys, total, tags, stamp, sysflag, props))
-        self.count += 1
-        self.stamp = stamp
-
-    def finish(self) -> int:
-        """Write the index entries, tell the listeners; returns how many records."""
-        store = self.store
-        if self.index_entries:
-            store.index.ensure_room(1)
-            store.index.put_many(self.index_entries)
-        if self.count:
-            store._last_store_ts = store._last_dispatch_ts = self.stamp
-        if self.fields and store.plugins is not None:
-            store.plugins.records_dispatched(store.root, DispatchBatch.of_fields(self.fields))
-        return self.count

@@ -1,7 +1,7 @@
 """Stored bytes do not change with the write path: the same sends, with the store's clock
 held still, give the same CommitLog, ConsumeQueue and key-index bytes on a master and on a
-slave that copied its log, as they did before the batch path was rewritten (the digests below
-were taken from the per-record path, which stays for single sends and re-encoded items)."""
+slave that copied its log, as they did before the batch path and the slave's run dispatch
+were written (the digests below are the same writer's on the code before them)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from core.store import message_store
 from core.store.key_index import KeyIndex
 from core.store.message_store import MessageStore, opened_store
 from formats.batch import BatchItem, encode_batch
+from core.topic_names import SCHEDULE_TOPIC
 from formats.record import MessageRecord, decode_record, encode_record
+from formats.sysflag import TRANSACTION_PREPARED
 
 STORE_NOW_MS = 1_795_000_000_123
 CONFIG = StoreConfig(segment_size_bytes=64 * 1024, cq_entries_per_file=64, index_slots=97, index_entries=200)
@@ -60,6 +62,10 @@ def _write(store: MessageStore, batch_path: bool) -> int:
             store.put_many(records)
         store.put(MessageRecord(topic, rng.randbytes(700), {"UNIQ_KEY": f"S{n}", "TAGS": "single"}, n % 2,
                                 born_timestamp=1, born_host=born, store_host=("192.168.7.1", 10911)))
+    # records a slave dispatches one by one: a delayed one, a transaction half, an IPv6 store host
+    store.put(MessageRecord(SCHEDULE_TOPIC, b"later", {"DELAY": "3", "REAL_TOPIC": "Orders", "UNIQ_KEY": "D1"}, 2))
+    store.put(MessageRecord("Orders", b"half", {"TRAN_MSG": "true", "UNIQ_KEY": "H1"}, 0, sysflag=TRANSACTION_PREPARED))
+    store.put(MessageRecord("Orders", b"v6", {"UNIQ_KEY": "V1", "KEYS": "k6"}, 0, store_host=("fe80::1", 10911)))
     store.dispatch_pending()
     return took
 
@@ -77,7 +83,8 @@ def _digest(root: Path) -> dict[str, str]:
     return out
 
 
-GOLDEN = {"commitlog": "f49247f586cb9926", "consumequeue": "bc625ec5ad68e66d", "index": "adbb0ea8afd5ec3c"}
+# the same writer run on the code before the batch path and run dispatch (ff22e98) gave these
+GOLDEN = {"commitlog": "7823bc4910e7a16b", "consumequeue": "2c40c978aaf6a23c", "index": "d28b946d239d3772"}
 
 
 @pytest.fixture
@@ -97,7 +104,7 @@ def test_master_and_slave_store_the_same_bytes_as_before(tmp_path, frozen_clock,
             chunks.append((at, chunk))
             at += len(chunk) or (CONFIG.segment_size_bytes - at % CONFIG.segment_size_bytes)
     stored = _raw_records(tmp_path / "master")
-    assert len(stored) == 105 + 5  # every item and single send, each as the reference encoder writes it
+    assert len(stored) == 105 + 5 + 3  # every item and single put, each as the reference encoder writes it
     assert [bytes(encode_record(decode_record(raw))) for raw in stored] == stored
     with opened_store(tmp_path / "slave", CONFIG) as slave:
         slave.set_read_only("a slave")
@@ -141,9 +148,9 @@ def test_an_index_run_writes_what_entry_by_entry_writes(tmp_path, slots):
             index.reserve(len(hashes))
             stamp = 1_795_000_000_000 + 1500 * n
             if how == "run":
-                index.put_run(hashes, offsets, stamp)
+                index.put_run(hashes, offsets, [stamp + 700 * i for i in range(len(hashes))])
             else:
-                index.put_many(list(zip(hashes, offsets, [stamp] * len(hashes))))
+                index.put_many(list(zip(hashes, offsets, [stamp + 700 * i for i in range(len(hashes))])))
         for ix in index.files:
             ix.write_header()
         indexes[how] = [bytes(ix.mf.view) for ix in index.files]
