@@ -25,7 +25,9 @@ from mqctl.nodes.port_holders import free_port
 from mqctl.nodes.processes import START_TIMEOUT_S, node_cpu_seconds, nodes_of, stop
 from mqctl.nodes.replication_view import SlaveLink
 
-SETUPS = ("single", "async", "sync")  # one broker; a master and a slave, async; the same, sync
+# one broker; a master and a slave, async; the same, sync; a raft group of three
+SETUPS = ("single", "async", "sync", "dledger")
+MASTER_SLAVE_SETUPS = ("single", "async", "sync")
 GROUP = "bench"
 SEGMENT_SIZE_BYTES = 64 * 1024 * 1024  # the shipped conf.toml's
 POLL_S = 0.1
@@ -34,17 +36,17 @@ POLL_S = 0.1
 @dataclass(frozen=True, slots=True)
 class BenchCluster:
     config: Config
-    master: str
-    slave: str | None  # None for the single broker
+    master: str  # a raft group's leader when it started
+    slave: str | None  # None for the single broker and a raft group
 
 
 def write_config(directory: Path, setup: str, *, metrics: bool = True) -> Path:
-    """``directory/conf.toml``: one name server and broker group ``bench`` (id 0, and id 1
-    unless ``setup`` is "single") in replication mode ``setup``, data under ``directory``;
-    ``metrics``: whether the nodes serve (and count) metrics."""
+    """``directory/conf.toml``: one name server and broker group ``bench`` (id 0; id 1 for a
+    master-slave pair; ids 0-2 for a raft group) in replication mode ``setup``, data under
+    ``directory``; ``metrics``: whether the nodes serve (and count) metrics."""
     if setup not in SETUPS:
         raise CliError(f"unknown setup {setup!r} (setups: {', '.join(SETUPS)})")
-    ids = (0,) if setup == "single" else (0, 1)
+    ids = {"single": (0,), "dledger": (0, 1, 2)}.get(setup, (0, 1))
     nodes = "".join(f'[[brokers]]\nname = "{GROUP}"\nid = {i}\nlisten = "127.0.0.1:{free_port()}"\n\n' for i in ids)
     path = directory / "conf.toml"
     path.write_text(f"""[cluster]
@@ -79,11 +81,14 @@ def running(directory: Path, setup: str, timeout_s: float = START_TIMEOUT_S, *,
     config = load_config(path)
     specs = nodes_of(config)
     brokers = sorted(config.brokers, key=lambda b: b.id)
-    cluster = BenchCluster(config, brokers[0].listen, brokers[1].listen if len(brokers) > 1 else None)
+    raft = setup == "dledger"
+    cluster = BenchCluster(config, brokers[0].listen, brokers[1].listen if setup in ("async", "sync") else None)
     try:
         start_nodes(config, specs, time.monotonic() + timeout_s)
         if cluster.slave is not None:
             wait_slave_linked(cluster, timeout_s)
+        if raft:
+            cluster = BenchCluster(config, wait_leader(config, timeout_s), None)
         yield cluster
     finally:
         for spec in reversed(specs):
@@ -93,11 +98,38 @@ def running(directory: Path, setup: str, timeout_s: float = START_TIMEOUT_S, *,
                 stop(config, spec, force=True)
 
 
-def broker_cpu_seconds(cluster: BenchCluster) -> dict[str, float]:
-    """CPU seconds (user + system) each broker has used so far, by role ("master", "slave")."""
+def broker_roles(config: Config) -> dict[str, str]:
+    """Each broker's role by node: "master" and "slave", or a raft group's "leader" and
+    "follower1", "follower2" (as the members say now)."""
+    if config.replication.mode != "dledger":
+        return {b.node: "master" if b.id == 0 else "slave" for b in config.brokers}
+    tables = trio.run(probe.runtime_infos, {b.node: b.listen for b in config.brokers})
+    roles, followers = {}, 0
+    for broker in sorted(config.brokers, key=lambda b: b.node):
+        if (tables.get(broker.node) or {}).get("raftWritable") == "true":
+            roles[broker.node] = "leader"
+        else:
+            followers += 1
+            roles[broker.node] = f"follower{followers}"
+    return roles
+
+
+def broker_cpu_seconds(cluster: BenchCluster, roles: dict[str, str]) -> dict[str, float]:
+    """CPU seconds (user + system) each broker has used so far, by its role in ``roles``."""
     by_node = node_cpu_seconds(cluster.config)
-    return {"master" if broker.id == 0 else "slave": by_node[broker.node]
-            for broker in cluster.config.brokers if broker.node in by_node}
+    return {role: by_node[node] for node, role in roles.items() if node in by_node}
+
+
+def wait_leader(config: Config, timeout_s: float) -> str:
+    """Until a member of the raft group takes writes; its address."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        tables = trio.run(probe.runtime_infos, {b.listen: b.listen for b in config.brokers})
+        leaders = [address for address, table in tables.items() if (table or {}).get("raftWritable") == "true"]
+        if leaders:
+            return leaders[0]
+        time.sleep(POLL_S)
+    raise CliError(f"no raft leader within {timeout_s:.0f}s")
 
 
 def _runtime(address: str) -> dict[str, str]:

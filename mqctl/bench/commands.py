@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import gc
 import json
 import os
@@ -24,32 +23,25 @@ from core.store.message_store import open_message_store
 from formats.msgid import UniqKeyGenerator
 from formats.record import MessageRecord, encode_record
 from mqctl.admin.send import fault_table
-from mqctl.bench import clusters as bench_clusters
 from mqctl.bench import filters as bench_filters
 from mqctl.bench.analyze import bench_analyze
-from mqctl.bench.clusters import SETUPS
 from mqctl.bench.failover import bench_failover
 from mqctl.bench.grpc_floor import bench_grpc_floor
 from mqctl.bench.metrics_cost import bench_metrics
 from mqctl.bench.proxy_overhead import compare_through_proxy
+from mqctl.bench.replication import bench_replication
 from mqctl.bench.rmq5 import bench_grpc
-from mqctl.bench.runs import machine, run_workers
+from mqctl.bench.runs import SendApi, machine, median_run, run_workers, throughput_ratio
 from mqctl.bench.topics import bench_topics
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput, LatencyFault, ViaProxy
-from mqctl.common.progress import progress_bar
-
-
-class SendApi(str, enum.Enum):
-    ASYNC = "async"
-    SYNC = "sync"
-
 
 bench_app = typer.Typer(help="Benchmarks (results belong in docs/benchmarks.md).", no_args_is_help=True)
 bench_app.command("failover")(bench_failover)
 bench_app.command("metrics")(bench_metrics)
 bench_app.command("topics")(bench_topics)
+bench_app.command("replication")(bench_replication)
 bench_app.command("analyze")(bench_analyze)
 bench_app.command("grpc")(bench_grpc)
 bench_app.command("grpc-floor")(bench_grpc_floor)
@@ -317,8 +309,8 @@ def bench_selection(
             if not as_json:
                 typer.echo(f"round {r + 1} latency fault {'on ' if fault_on else 'off'}: {run['msgs_per_s']:>7,} msgs/s, "
                            f"p50 {run['p50_ms']} ms, p99 {run['p99_ms']} ms", err=True)
-    off, on = _median_run(runs[False]), _median_run(runs[True])
-    round_ratios = [_ratio(b, a) for a, b in zip(runs[False], runs[True], strict=True)]
+    off, on = median_run(runs[False]), median_run(runs[True])
+    round_ratios = [throughput_ratio(b, a) for a, b in zip(runs[False], runs[True], strict=True)]
     ratio = sorted(round_ratios)[len(round_ratios) // 2]
     result = {"machine": machine(),
               "date": time.strftime("%Y-%m-%d"), "rounds": rounds, "messages": messages, "inflight": inflight,
@@ -360,140 +352,3 @@ def bench_consume(
     _print_run(result, as_json)
 
 
-# ---------------------------------------------------------------------- replication
-
-ASYNC_TO_SINGLE_TARGET = 0.90
-SYNC_TO_ASYNC_TARGET = 0.70
-CATCH_UP_TIMEOUT_S = 60.0
-BENCH_QUEUES = 16
-
-
-def _replicated_run(directory: Path, setup: str, round_no: int, worker_args: dict[str, object],
-                    processes: int) -> dict[str, object]:
-    """One produce run against a fresh ``setup`` cluster in ``directory``; for a master-slave
-    pair also whether the slave caught up and stayed linked throughout."""
-    with bench_clusters.running(directory, setup) as cluster:
-        bench_clusters.create_topic(cluster, str(worker_args["topic"]), BENCH_QUEUES)
-        cpu_before, since = bench_clusters.broker_cpu_seconds(cluster), time.monotonic()
-        result = run_workers("produce", dict(worker_args, namesrv=cluster.config.namesrv_addresses), processes)
-        row: dict[str, object] = {"round": round_no, "setup": setup}
-        row.update({k: result[k] for k in ("messages", "seconds", "msgs_per_s", "mb_per_s", "p50_ms", "p99_ms")})
-        caught = bench_clusters.wait_caught_up(cluster, CATCH_UP_TIMEOUT_S) if cluster.slave else None
-        # where the brokers' CPU went, per message (the slave's includes catching up)
-        cpu_after = bench_clusters.broker_cpu_seconds(cluster)
-        count = max(1, int(result["messages"]))  # type: ignore[call-overload]
-        row["cpu_us_per_msg"] = {role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / count * 1e6, 1)
-                                 for role in cpu_after}
-        if caught is not None:
-            elapsed = time.monotonic() - since
-            links = bench_clusters.slave_links(cluster)
-            linked_s = max((link.connected_seconds for link in links), default=0.0)
-            row.update(caught_up=caught.caught_up, master_offset=caught.master_offset,
-                       slave_offset=caught.slave_offset, catch_up_s=round(caught.seconds, 2),
-                       # a link that dropped mid-run would let sync sends answer SLAVE_NOT_AVAILABLE
-                       # (connectedSeconds is rounded to 0.1 s)
-                       slave_linked_throughout=linked_s >= elapsed - 0.1)
-    return row
-
-
-def _median_run(runs: list[dict[str, object]]) -> dict[str, object]:
-    return sorted(runs, key=lambda r: float(r["msgs_per_s"]))[len(runs) // 2]  # type: ignore[arg-type]
-
-
-def _ratio(a: dict[str, object], b: dict[str, object]) -> float:
-    return round(float(a["msgs_per_s"]) / float(b["msgs_per_s"]), 3) if b["msgs_per_s"] else 0.0  # type: ignore[arg-type]
-
-
-@bench_app.command("replication")
-def bench_replication(
-    messages: Annotated[int, typer.Option(min=1, help="Messages per process and run.")] = 100_000,
-    rounds: Annotated[int, typer.Option(min=1, help="Rounds; each runs single, async and sync once, in that order.")] = 3,
-    inflight: Annotated[int, typer.Option(help="Sends in flight per process.")] = 256,
-    processes: Annotated[int, typer.Option(help="Client processes.")] = 1,
-    api: Annotated[SendApi, typer.Option(help="async: send_async with a window of N; "
-                                              "sync: N tasks each awaiting send.")] = SendApi.ASYNC,
-    directory: Annotated[Path | None, typer.Option("--dir", help="Where the clusters live (default: a temporary dir).")] = None,
-    keep: Annotated[bool, typer.Option(help="Keep every run's cluster folder (conf.toml, data, logs).")] = False,
-    as_json: JsonOutput = False,
-) -> None:
-    """Produce throughput of one broker, an async master-slave pair and a sync one, each a fresh
-    cluster on free loopback ports, interleaved over rounds: msgs/s, p50/p99, the ratios
-    async/single and sync/async, and whether each slave caught up with its master."""
-    base = Path(tempfile.mkdtemp(prefix="mqctl-bench-replication-", dir=directory))
-    worker_args: dict[str, object] = {"topic": "BenchTopic", "messages": messages, "size": 1024,
-                                      "inflight": inflight, "auto_batch": True, "api": api.value,
-                                      "batch_max": BATCH_MESSAGES_MAX}
-    runs: list[dict[str, object]] = []
-    try:
-        with progress_bar("bench replication: runs", rounds * len(SETUPS), quiet=as_json) as bar:
-            for r in range(rounds):
-                for setup in SETUPS:
-                    run_dir = base / f"round-{r + 1}-{setup}"
-                    run_dir.mkdir()
-                    runs.append(_replicated_run(run_dir, setup, r + 1, worker_args, processes))
-                    if not keep:
-                        shutil.rmtree(run_dir, ignore_errors=True)
-                    bar.advance()
-                    if not as_json:
-                        bar.note(_replication_line(runs[-1]))
-    finally:
-        if not keep:
-            shutil.rmtree(base, ignore_errors=True)
-    by_setup = {s: [run for run in runs if run["setup"] == s] for s in SETUPS}
-    medians = {s: _median_run(rs) for s, rs in by_setup.items()}
-    round_ratios = [{"round": r + 1, "async_to_single": _ratio(by_setup["async"][r], by_setup["single"][r]),
-                     "sync_to_async": _ratio(by_setup["sync"][r], by_setup["async"][r])} for r in range(rounds)]
-    async_ratio, sync_ratio = _ratio(medians["async"], medians["single"]), _ratio(medians["sync"], medians["async"])
-    replicated = [run for run in runs if run["setup"] != "single"]
-    result = {
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d"),
-        "rounds": rounds, "messages": messages, "processes": processes, "inflight": inflight, "api": api.value,
-        "runs": runs,
-        "median": {s: {k: m[k] for k in ("round", "msgs_per_s", "p50_ms", "p99_ms")} for s, m in medians.items()},
-        "round_ratios": round_ratios,
-        "async_to_single": async_ratio, "sync_to_async": sync_ratio,
-        "async_target_met": async_ratio >= ASYNC_TO_SINGLE_TARGET,
-        "sync_target_met": sync_ratio >= SYNC_TO_ASYNC_TARGET,
-        "slaves_caught_up": all(run["caught_up"] for run in replicated),
-        "dir": str(base) if keep else None,
-    }
-    if as_json:
-        typer.echo(json.dumps(result))
-    else:
-        _print_replication(result, medians)
-    if not result["slaves_caught_up"]:
-        raise CliError(f"a slave did not catch up with its master within {CATCH_UP_TIMEOUT_S:.0f}s")
-
-
-def _replication_line(run: dict[str, object]) -> str:
-    cpu = run["cpu_us_per_msg"]
-    assert isinstance(cpu, dict)
-    line = (f"round {run['round']} {run['setup']:<6} {run['messages']:,} messages: {run['msgs_per_s']:>7,} msgs/s, "
-            f"p50 {run['p50_ms']} ms, p99 {run['p99_ms']} ms, broker CPU "
-            + ", ".join(f"{role} {us} us" for role, us in cpu.items()) + " a message")
-    if "caught_up" in run:
-        line += (f"; slave {'caught up' if run['caught_up'] else 'NOT caught up'} at offset {run['slave_offset']:,} "
-                 f"(master {run['master_offset']:,}) after {run['catch_up_s']} s")
-        if not run["slave_linked_throughout"]:
-            line += ", its link dropped during the run"
-    return line
-
-
-def _print_replication(result: dict[str, object], medians: dict[str, dict[str, object]]) -> None:
-    typer.echo(f"median of {result['rounds']} interleaved rounds ({result['machine']}), {result['processes']} "
-               f"process(es), {result['inflight']} in flight, {result['api']} sends:")
-    typer.echo(f"{'setup':<8} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
-    for setup, m in medians.items():
-        typer.echo(f"{setup:<8} {m['msgs_per_s']:>9,} {m['p50_ms']:>8} {m['p99_ms']:>8}")
-    ratios = result["round_ratios"]
-    assert isinstance(ratios, list)
-    typer.echo("per-round async/single: " + ", ".join(str(r["async_to_single"]) for r in ratios))
-    typer.echo("per-round sync/async:   " + ", ".join(str(r["sync_to_async"]) for r in ratios))
-    typer.echo(f"async / single (medians): {result['async_to_single']:.2f} (target >= {ASYNC_TO_SINGLE_TARGET}) "
-               f"{'OK' if result['async_target_met'] else 'BELOW TARGET'}")
-    typer.echo(f"sync / async (medians):   {result['sync_to_async']:.2f} (target >= {SYNC_TO_ASYNC_TARGET}) "
-               f"{'OK' if result['sync_target_met'] else 'BELOW TARGET'}")
-    typer.echo(f"slaves caught up: {'yes, every run' if result['slaves_caught_up'] else 'NO'}")
-    if result["dir"]:
-        typer.echo(f"cluster folders kept in {result['dir']}")

@@ -3,6 +3,7 @@ together, their results merged, and the CPU every process of the run spent (from
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import platform
@@ -12,6 +13,12 @@ from core.config import Config
 from mqctl.common.errors import CliError
 from mqctl.nodes.processes import node_cpu_seconds
 
+
+class SendApi(str, enum.Enum):
+    """How a producer worker keeps its window full."""
+
+    ASYNC = "async"  # send_async with a window of N
+    SYNC = "sync"  # N tasks each awaiting send
 
 def machine() -> str:
     """What the results were measured on."""
@@ -82,3 +89,13 @@ def run_workers(mode: str, base_args: dict[str, object], processes: int,
             "msgs_per_s": round(count / elapsed) if elapsed else 0,
             "mb_per_s": round(size / elapsed / 1e6, 1) if elapsed else 0.0,
             "p50_ms": round(percentile(latencies, 0.50), 2), "p99_ms": round(percentile(latencies, 0.99), 2)}
+
+
+def median_run(runs: list[dict[str, object]]) -> dict[str, object]:
+    """The run of median throughput."""
+    return sorted(runs, key=lambda r: float(r["msgs_per_s"]))[len(runs) // 2]  # type: ignore[arg-type]
+
+
+def throughput_ratio(a: dict[str, object], b: dict[str, object]) -> float:
+    """msgs/s of run ``a`` over run ``b``'s."""
+    return round(float(a["msgs_per_s"]) / float(b["msgs_per_s"]), 3) if b["msgs_per_s"] else 0.0  # type: ignore[arg-type]
