@@ -37,7 +37,7 @@ from itertools import repeat
 from pathlib import Path
 
 from core.config import StoreConfig
-from core.errors import ReadOnlyStoreError, StoreCorruptError
+from core.errors import MessageTooLargeError, ReadOnlyStoreError, StoreCorruptError
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import LogRecovery
 from core.store.dispatch import Appended
@@ -233,11 +233,27 @@ class DLedgerMessageStore(MessageStore):
         return [PutResult(phys, qo, prep[0], stamp) for phys, qo, prep in zip(offsets, queue_offsets, preps)]
 
     def put_batch(self, batch: RecordBatch) -> BatchPut:
-        """A batch's records proposed as entries, one each (RocketMQ's DLedger does the same)."""
-        results = self.put_many([batch.record(i, 0, 0, 0) for i in range(len(batch))])
-        last = results[-1]
-        return BatchPut([r.phys_offset for r in results], results[0].queue_offset, last.phys_offset + last.size,
-                        last.store_timestamp)
+        """A batch's records proposed as entries, one each (RocketMQ's DLedger does the same),
+        encoded from the batch with their final offsets; every member dispatches them at commit
+        from the log, a run at a time."""
+        if self._refusal is not None:
+            self._refuse()
+        longest = max(map(len, batch.bodies))
+        if longest > self._body_size_max:
+            raise MessageTooLargeError(f"body of {longest} bytes is over the {self._body_size_max}-byte limit")
+        count = len(batch)
+        cq, queue_offset = self._claim_queue(batch.topic, batch.queue_id, batch.sysflag, count)
+        stamp = now_ms()
+        offsets = self.raft_log.record_offsets(batch.sizes)
+        queue_offsets = range(queue_offset, queue_offset + count) if cq is not None else [0] * count
+        proposer = self._proposer
+        outcome = Code.NOT_LEADER if proposer is None else proposer(batch.records_bytes(offsets, queue_offsets, stamp))
+        if isinstance(outcome, Code):
+            raise ReadOnlyStoreError(f"raft: {outcome.name} (this member cannot take writes now)")
+        if cq is not None:
+            cq.assigned = queue_offset + count
+        self._last_store_ts = stamp
+        return BatchPut(offsets, queue_offset if cq is not None else 0, offsets[-1] + batch.sizes[-1], stamp)
 
     def entry_at_record(self, phys_offset: int) -> tuple[int, int]:
         """The raft index and term of the entry holding the record at ``phys_offset``."""

@@ -15,11 +15,14 @@ from core.broker.batch_send import BatchSend, batch_records, record_batch
 from core.config import StoreConfig
 from core.store import message_store
 from core.store.key_index import KeyIndex
-from core.store.message_store import MessageStore, opened_store
-from formats.batch import BatchItem, encode_batch
+from core.store.message_store import MessageStore, open_message_store, opened_store
 from core.topic_names import SCHEDULE_TOPIC
+from formats.batch import BatchItem, encode_batch
 from formats.record import MessageRecord, decode_record, encode_record
 from formats.sysflag import TRANSACTION_PREPARED
+from replication.dledger import store as dledger_store
+from replication.dledger.raft_log import Entry
+from replication.dledger.store import DLedgerMessageStore
 
 STORE_NOW_MS = 1_795_000_000_123
 CONFIG = StoreConfig(segment_size_bytes=64 * 1024, cq_entries_per_file=64, index_slots=97, index_entries=200)
@@ -159,3 +162,38 @@ def test_an_index_run_writes_what_entry_by_entry_writes(tmp_path, slots):
         index.close()
     assert len(indexes["run"]) == 3
     assert indexes["run"] == indexes["many"]
+
+
+@pytest.mark.parametrize("batch_path", [False, True], ids=["per-record", "batch"])
+async def test_a_raft_leader_and_follower_store_the_same_bytes_as_before(tmp_path, frozen_clock, monkeypatch,
+                                                                         batch_path):
+    """The same sends through a raft leader's store (its proposals appended to its raft log
+    as the raft node does), and a follower given the leader's entries: the data files, queues
+    and key index are the ones the code before the batch path wrote."""
+    monkeypatch.setattr(dledger_store, "now_ms", lambda: STORE_NOW_MS)
+    leader = DLedgerMessageStore(tmp_path / "leader", CONFIG)
+
+    def propose(bodies: list[bytes]) -> list[int]:
+        first = leader.raft_log.last_index + 1
+        leader.raft_log.append([Entry(first + i, 1, body) for i, body in enumerate(bodies)])
+        return list(range(first, first + len(bodies)))
+
+    async with open_message_store(leader.root, CONFIG, store=leader):
+        leader.attach_proposer(propose)
+        leader.start_leading()
+        assert _write(leader, batch_path) == (4 if batch_path else 0)
+        last = leader.raft_log.last_index
+        assert leader.dispatch_committed(last) == 113
+        entries = [leader.raft_log.entry(i) for i in range(last + 1)]
+    follower = DLedgerMessageStore(tmp_path / "follower", CONFIG)
+    async with open_message_store(follower.root, CONFIG, store=follower):
+        for entry in entries:
+            assert entry is not None
+            follower.raft_log.append([entry])
+        assert follower.dispatch_committed(last) == 113
+    leader_digest = _digest(tmp_path / "leader")
+    assert _digest(tmp_path / "follower") == leader_digest
+    assert leader_digest == RAFT_GOLDEN
+
+
+RAFT_GOLDEN = {"commitlog": "944cb9098206c2bc", "consumequeue": "647ac566fdf915a1", "index": "c1e8d728c098f4b5"}  # ff22e98 gave these
