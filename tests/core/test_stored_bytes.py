@@ -10,16 +10,20 @@ import random
 from pathlib import Path
 
 import pytest
+import trio
 
 from core.broker.batch_send import BatchSend, batch_records, record_batch
 from core.config import StoreConfig
+from core.hookspecs import hookimpl
+from core.plugin_manager import PluginHost
 from core.store import message_store
+from core.store.dispatch import DispatchRequest
 from core.store.key_index import KeyIndex
 from core.store.message_store import MessageStore, open_message_store, opened_store
 from core.topic_names import SCHEDULE_TOPIC
 from formats.batch import BatchItem, encode_batch
 from formats.record import MessageRecord, decode_record, encode_record
-from formats.sysflag import TRANSACTION_PREPARED
+from formats.sysflag import BORNHOST_V6, STOREHOST_V6, TRANSACTION_PREPARED
 from replication.dledger import store as dledger_store
 from replication.dledger.raft_log import Entry
 from replication.dledger.store import DLedgerMessageStore
@@ -99,13 +103,7 @@ def frozen_clock(monkeypatch):
 def test_master_and_slave_store_the_same_bytes_as_before(tmp_path, frozen_clock, batch_path):
     with opened_store(tmp_path / "master", CONFIG) as master:
         assert _write(master, batch_path) == (4 if batch_path else 0)
-        log_end = master.log_end
-        chunks = []
-        at = 0
-        while at < log_end:  # a slave's chunks end anywhere, inside records too
-            chunk = master.read_log(at, 10_000)
-            chunks.append((at, chunk))
-            at += len(chunk) or (CONFIG.segment_size_bytes - at % CONFIG.segment_size_bytes)
+        chunks = _log_chunks(master)
     stored = _raw_records(tmp_path / "master")
     assert len(stored) == 105 + 5 + 3  # every item and single put, each as the reference encoder writes it
     assert [bytes(encode_record(decode_record(raw))) for raw in stored] == stored
@@ -118,6 +116,17 @@ def test_master_and_slave_store_the_same_bytes_as_before(tmp_path, frozen_clock,
     master_digest = _digest(tmp_path / "master")
     assert _digest(tmp_path / "slave") == master_digest
     assert master_digest == GOLDEN
+
+
+def _log_chunks(master: MessageStore) -> list[tuple[int, bytes]]:
+    """The master's log as a slave gets it: chunks of 10,000 bytes, ending inside records too."""
+    chunks = []
+    at = 0
+    while at < master.log_end:
+        chunk = master.read_log(at, 10_000)
+        chunks.append((at, chunk))
+        at += len(chunk) or (CONFIG.segment_size_bytes - at % CONFIG.segment_size_bytes)
+    return chunks
 
 
 def _raw_records(root: Path) -> list[bytes]:
@@ -197,3 +206,42 @@ async def test_a_raft_leader_and_follower_store_the_same_bytes_as_before(tmp_pat
 
 
 RAFT_GOLDEN = {"commitlog": "944cb9098206c2bc", "consumequeue": "647ac566fdf915a1", "index": "c1e8d728c098f4b5"}  # ff22e98 gave these
+
+
+def test_listeners_see_the_same_records_from_a_batch_put_and_from_a_slave_run(tmp_path, frozen_clock):
+    """mq_records_dispatched is given a batch put and a slave's runs without a request built
+    per record; read, they are the requests the per-record path gave."""
+    seen: dict[str, list[DispatchRequest]] = {"master": [], "slave": []}
+    queues: dict[str, set] = {"master": set(), "slave": set()}
+
+    class Listener:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @hookimpl
+        def mq_records_dispatched(self, store_dir, requests):
+            queues[self.name] |= requests.queues
+            # a put's sysflag is the producer's; read back, it has the stored host bits too
+            seen[self.name].extend(r._replace(sysflag=r.sysflag & ~(BORNHOST_V6 | STOREHOST_V6)) for r in requests)
+            assert len(requests) == len(list(requests))
+
+    hosts = {}
+    for name in seen:
+        hosts[name] = PluginHost(load_entry_points=False)
+        hosts[name].register(Listener(name))
+    master = MessageStore(tmp_path / "master", CONFIG, hosts["master"])
+    master.open()
+    _write(master, batch_path=True)
+    chunks = _log_chunks(master)
+    trio.run(master.close)
+    slave = MessageStore(tmp_path / "slave", CONFIG, hosts["slave"])
+    slave.open()
+    slave.set_read_only("a slave")
+    for offset, chunk in chunks:
+        slave.append_replicated(offset, chunk)
+    assert slave.dispatch_replicated() == len(seen["master"]) == 113
+    trio.run(slave.close)
+    assert seen["slave"] == seen["master"]
+    assert queues["master"] == queues["slave"] >= {("Orders", 0), ("Orders", 1), ("Mixed", 0)}
+    assert {r.sysflag for r in seen["master"]} == {0, TRANSACTION_PREPARED}
+    assert any(r[8] == ("order-3", "user-3") for r in seen["master"])  # KEYS of the tagged batch
