@@ -23,6 +23,7 @@ from core.store.message_store import open_message_store
 from formats.msgid import UniqKeyGenerator
 from formats.record import MessageRecord, encode_record
 from mqctl.admin.send import fault_table
+from mqctl.bench import clusters as bench_clusters
 from mqctl.bench import filters as bench_filters
 from mqctl.bench.analyze import bench_analyze
 from mqctl.bench.failover import bench_failover
@@ -228,6 +229,9 @@ def _print_run(result: dict[str, object], as_json: bool, extra: str = "") -> Non
     if cpu:
         typer.echo("  CPU per message: " + ", ".join(f"{name} {'-' if us is None else f'{us} us'}"
                                                      for name, us in cpu.items()))
+    roles = cast(dict[str, str], result.get("roles", {}))
+    if roles:
+        typer.echo("  broker roles: " + ", ".join(f"{node} {role}" for node, role in roles.items()))
 
 
 @bench_app.command("produce")
@@ -279,7 +283,8 @@ def _produce_run(config: Config, topic: str, messages: int, size: int, inflight:
     result = run_workers("produce", {"namesrv": namesrv, "topic": topic, "messages": messages, "size": size,
                                      "inflight": inflight, "auto_batch": auto_batch, "api": api.value,
                                      "batch_max": batch_max, "latency_fault": latency_fault}, processes, config)
-    result.update(inflight=inflight, auto_batch=auto_batch, api=api.value, latency_fault=latency_fault)
+    result.update(inflight=inflight, auto_batch=auto_batch, api=api.value, latency_fault=latency_fault,
+                  roles=bench_clusters.broker_roles(config))
     return result
 
 

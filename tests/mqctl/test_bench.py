@@ -63,13 +63,17 @@ def test_bench_replication_runs_every_setup_and_the_slaves_catch_up(tmp_path, su
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert [run["setup"] for run in result["runs"]] == ["single", "async", "sync"]
+    assert [run["setup"] for run in result["runs"]] == ["single", "async", "sync", "dledger"]
     assert all(run["messages"] == 2000 and run["msgs_per_s"] > 0 for run in result["runs"])
-    for run in result["runs"][1:]:
+    assert set(result["runs"][0]["cpu_us_per_msg"]) == {"master", "clients"}
+    for run in result["runs"][1:3]:
         # the slave holds the master's whole log: 2000 messages and the worker's warm-up send
         assert run["caught_up"] and run["slave_offset"] == run["master_offset"] > 2000 * 1024
-        assert run["slave_linked_throughout"] and set(run["cpu_us_per_msg"]) == {"master", "slave"}
-    assert set(result["median"]) == {"single", "async", "sync"} and len(result["round_ratios"]) == 1
+        assert run["slave_linked_throughout"] and set(run["cpu_us_per_msg"]) == {"master", "slave", "clients"}
+    raft = result["runs"][3]["cpu_us_per_msg"]
+    assert set(raft) == {"leader", "follower1", "follower2", "clients"} and all(us > 0 for us in raft.values())
+    assert raft["leader"] > raft["follower1"]  # it encodes, proposes and answers; they append
+    assert set(result["median"]) == {"single", "async", "sync", "dledger"} and len(result["round_ratios"]) == 1
     assert result["async_to_single"] > 0 and result["sync_to_async"] > 0 and result["slaves_caught_up"]
     assert list(tmp_path.iterdir()) == [], "bench must stop its clusters and delete their folders"
 
@@ -84,6 +88,7 @@ def test_bench_produce_counts_only_send_ok_and_prints_each_status(tmp_path, subp
         assert run["statuses"] == {"SLAVE_NOT_AVAILABLE": 40}
         assert run["messages"] == 0 and run["msgs_per_s"] == 0 and run["mb_per_s"] == 0
         assert run["cpu_us_per_msg"]["broker-a-0"] is None  # no message counted: no per-message figure
+        assert run["roles"]["broker-a-0"] == "master"
         text = cluster.mqctl("bench", "produce", "--messages", "20", "--inflight", "4", "--api", "sync")
         assert text.returncode == 0, text.stderr
         assert "0 messages" in text.stdout and "SLAVE_NOT_AVAILABLE 20" in text.stdout, text.stdout
