@@ -167,7 +167,7 @@ class DispatchBatch(Sequence[DispatchRequest]):
     def __len__(self) -> int:
         if self._requests is not None:
             return len(self._requests)
-        return sum(len(u.offsets) if type(u) in (BatchAppended, LogRun) else 1 for u in self._units)  # type: ignore[union-attr]
+        return sum(map(_unit_len, self._units))
 
     @overload
     def __getitem__(self, index: int) -> DispatchRequest: ...
@@ -198,6 +198,10 @@ class DispatchBatch(Sequence[DispatchRequest]):
         if self._requests is not None:
             return {(r.topic, r.queue_id) for r in self._requests}
         return {_unit_queue(u) for u in self._units}
+
+
+def _unit_len(unit: DispatchUnit) -> int:
+    return len(unit.offsets) if type(unit) is BatchAppended or type(unit) is LogRun else 1  # type: ignore[union-attr]
 
 
 def _unit_queue(unit: DispatchUnit) -> tuple[str, int]:

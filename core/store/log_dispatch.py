@@ -14,6 +14,7 @@ from its decoded fields, as before runs existed.
 
 from __future__ import annotations
 
+import mmap
 from itertools import repeat
 from operator import and_
 from pathlib import Path
@@ -33,7 +34,6 @@ from core.store.key_index import HASH_MASK, KeyIndex, key_hash, topic_hash_seed
 from core.store.store_types import StoreHooks
 from core.topic_names import SCHEDULE_TOPIC
 from formats import property_texts
-from formats.buffers import ReadableBytes
 from formats.errors import RecordError
 from formats.properties import index_keys
 from formats.record import BLANK_MAGIC, DISPATCH_HEAD_V4, MAGIC_V1, RECORD_SIZE_MIN, decode_dispatch_fields
@@ -53,6 +53,9 @@ class DispatchingStore(Protocol):
     _last_store_ts: int
     _last_dispatch_ts: int
 
+# What records are read from: a mapped segment or data file (its slices are bytes, which name a
+# topic in a dict and outlive the map).
+MappedBytes = mmap.mmap | bytes
 _ALONE_FLAGS = BORNHOST_V6 | STOREHOST_V6
 _HEAD_SIZE = 88  # TOTALSIZE .. body length, IPv4 hosts
 
@@ -81,7 +84,7 @@ class LogDispatch:
         self._stamps: list[int] = []
         self._texts: list[bytes] = []
 
-    def scan(self, view: ReadableBytes, pos: int, limit: int, base: int) -> int:
+    def scan(self, view: MappedBytes, pos: int, limit: int, base: int) -> int:
         """Dispatch the whole records of ``view[pos:limit]`` (``view`` lies at ``base`` in the
         log); returns where the first record not whole yet begins, or ``len(view)`` at a BLANK
         (the rest of the segment is padding)."""
@@ -133,7 +136,7 @@ class LogDispatch:
             pos = end
         return pos
 
-    def add(self, view: ReadableBytes, pos: int, total: int, phys: int) -> None:
+    def add(self, view: MappedBytes, pos: int, total: int, phys: int) -> None:
         """The ``total``-byte record at ``pos`` of ``view``, which lies at ``phys`` in the log."""
         self.scan(view, pos, pos + total, phys - pos)
 
@@ -144,7 +147,7 @@ class LogDispatch:
         self._add_fields((rec.topic, rec.queue_id, queue_offset, phys, size, 0, stamp, rec.sysflag, rec.properties),
                          keys)
 
-    def _alone(self, view: ReadableBytes, pos: int, total: int, phys: int) -> None:
+    def _alone(self, view: MappedBytes, pos: int, total: int, phys: int) -> None:
         self._flush()
         _total, topic, queue_id, queue_offset, sysflag, stamp, props = decode_dispatch_fields(view, pos, pos + total)
         self._add_fields((topic, queue_id, queue_offset, phys, total, 0, stamp, sysflag, props),

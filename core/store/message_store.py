@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from itertools import repeat
 from operator import and_
 from pathlib import Path
+from typing import cast
 from zlib import crc32
 
 import trio
@@ -353,7 +354,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
             if type(unit) is BatchAppended:
                 self._dispatch_batch(unit, index_entries)
                 continue
-            rec, cq, phys, size, queue_offset, stamp, keys = unit  # type: ignore[misc]
+            rec, cq, phys, size, queue_offset, stamp, keys = cast(Appended, unit)
             if cq is not None:
                 cq.put_entry(queue_offset, phys, size, tags_code(rec.properties.get(TAGS_PROPERTY))
                              if rec.topic != SCHEDULE_TOPIC else

@@ -207,8 +207,8 @@ class DLedgerMessageStore(MessageStore):
             self._refuse()
         self._check_batch(records)
         preps = [prepare_record(rec) for rec in records]
-        first = records[0]
-        cq, queue_offset = self._claim_queue(first.topic, first.queue_id, first.sysflag, len(records))
+        head = records[0]
+        cq, queue_offset = self._claim_queue(head.topic, head.queue_id, head.sysflag, len(records))
         stamp = now_ms()
         offsets = self.raft_log.record_offsets([prep[0] for prep in preps])
         queue_offsets = [queue_offset + i if cq is not None else 0 for i in range(len(records))]
