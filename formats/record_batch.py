@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import dataclass
 from itertools import accumulate
 
 from formats import property_texts
@@ -39,25 +40,36 @@ _AFTER_HOSTS = struct.Struct(">iq")  # RECONSUMETIMES, PREPARED TRANSACTION OFFS
 _PER_RECORD_NAMES = (b"\x02WAIT\x01", b"\x02CLUSTER\x01", b"\x02DELAY\x01", b"\x02TRAN_MSG\x01")
 
 
+@dataclass(frozen=True, slots=True)
+class BatchFields:
+    """What every record of one batch request shares."""
+
+    topic: str
+    queue_id: int
+    sysflag: int  # the items' (a compressed batch's items are stored inflated)
+    born_timestamp: int
+    born_host: Host
+    store_host: Host
+    reconsume_times: int
+
+
 class RecordBatch:
     """The records one batch request stores: common fields once, each item's parts in lists."""
 
-    __slots__ = ("_fixed", "_head", "_magic", "_tail", "_text", "_topic_field", "bodies", "born_host",
-                 "born_timestamp", "flags", "properties", "queue_id", "reconsume_times", "sizes",
-                 "store_host", "suffix", "sysflag", "topic")
+    __slots__ = ("_fixed", "_head", "_magic", "_tail", "_text", "_topic_field", "bodies", "fields", "flags",
+                 "properties", "queue_id", "sizes", "suffix", "sysflag", "topic")
 
-    def __init__(self, topic: str, queue_id: int, sysflag: int, born_timestamp: int, born_host: Host,
-                 store_host: Host, reconsume_times: int, suffix: bytes,
-                 bodies: list[bytes], properties: list[bytes], flags: list[int], text: bytes) -> None:
-        self.topic, self.queue_id, self.born_timestamp = topic, queue_id, born_timestamp
-        self.born_host, self.store_host, self.reconsume_times = born_host, store_host, reconsume_times
+    def __init__(self, fields: BatchFields, suffix: bytes, bodies: list[bytes], properties: list[bytes],
+                 flags: list[int], text: bytes) -> None:
+        self.fields = fields
+        self.topic, self.queue_id = fields.topic, fields.queue_id
         self.suffix = suffix
         self.bodies = bodies
         self.properties = properties  # each item's own text; the suffix follows it when stored
         self.flags = flags
         self._text = text  # the run text of ``properties`` (formats.property_texts)
         fixed, self._magic, self.sysflag, born, store, _v4, self._topic_field = shared_fields(
-            topic, born_host, store_host, sysflag)
+            fields.topic, fields.born_host, fields.store_host, fields.sysflag)  # sysflag with the host bits
         self._fixed = (born, store)
         middle_size = 4 + 8 + len(born) + 4 + 8 + len(store) + 4 + 4 + 8
         self._head = struct.Struct(f">iiiiiqq{middle_size}si")
@@ -66,10 +78,9 @@ class RecordBatch:
         self.sizes = [fixed + len(b) + len(p) for b, p in zip(bodies, properties)]
 
     @classmethod
-    def of_body(cls, body: bytes, *, topic: str, queue_id: int, sysflag: int, born_timestamp: int,
-                born_host: Host, store_host: Host, reconsume_times: int, suffix: bytes) -> RecordBatch | None:
-        """The records of batch ``body`` (fields after the body: what every record of the
-        request shares), or ``None`` when it takes the per-record path (module docstring)."""
+    def of_body(cls, body: bytes, fields: BatchFields, suffix: bytes) -> RecordBatch | None:
+        """The records of batch ``body``, stored with ``fields``, each item's properties
+        followed by ``suffix``; or ``None`` when it takes the per-record path (module docstring)."""
         bodies: list[bytes] = []
         texts: list[bytes] = []
         flags: list[int] = []
@@ -95,8 +106,7 @@ class RecordBatch:
         text = property_texts.run_text(texts)
         if text is None or any(name in text for name in _PER_RECORD_NAMES):
             return None
-        return cls(topic, queue_id, sysflag, born_timestamp, born_host, store_host, reconsume_times, suffix,
-                   bodies, texts, flags, text)
+        return cls(fields, suffix, bodies, texts, flags, text)
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -108,9 +118,10 @@ class RecordBatch:
     def encode(self, offsets: list[int], queue_offsets: range | list[int], store_timestamp: int) -> list[bytes]:
         """The records' bytes as parts, five a record, to write back to back."""
         born, store = self._fixed
-        middle = b"".join((_BORN.pack(self.sysflag, self.born_timestamp), born, _PORT.pack(self.born_host[1]),
-                           _STORE_TS.pack(store_timestamp), store, _PORT.pack(self.store_host[1]),
-                           _AFTER_HOSTS.pack(self.reconsume_times, 0)))
+        f = self.fields
+        middle = b"".join((_BORN.pack(self.sysflag, f.born_timestamp), born, _PORT.pack(f.born_host[1]),
+                           _STORE_TS.pack(store_timestamp), store, _PORT.pack(f.store_host[1]),
+                           _AFTER_HOSTS.pack(f.reconsume_times, 0)))
         pack_head, pack_tail, topic_field = self._head.pack, self._tail.pack, self._topic_field
         magic, queue_id, suffix, extra = self._magic, self.queue_id, self.suffix, len(self.suffix)
         parts: list[bytes] = []
@@ -142,8 +153,9 @@ class RecordBatch:
     def record(self, i: int, phys: int, queue_offset: int, store_timestamp: int) -> MessageRecord:
         """Record ``i`` as a :class:`MessageRecord` (for listeners that read records)."""
         text = self.properties[i] + self.suffix
+        f = self.fields
         return MessageRecord(
             self.topic, self.bodies[i], decode_properties(text.decode()), self.queue_id, self.flags[i],
-            queue_offset, phys, self.sysflag, self.born_timestamp, self.born_host, store_timestamp,
-            self.store_host, self.reconsume_times, total_size=self.sizes[i], properties_text=text)
+            queue_offset, phys, f.sysflag, f.born_timestamp, f.born_host, store_timestamp,
+            f.store_host, f.reconsume_times, total_size=self.sizes[i], properties_text=text)
 

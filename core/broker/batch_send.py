@@ -1,44 +1,25 @@
 """A batch send's items turned into the records the store appends (SEND_BATCH_MESSAGE, and
 SEND_MESSAGE with ``batch`` set by the C++ client).
 
-Every item is stored with the request's topic, queue, born time and hosts, and with its own
-body, flag and properties, CLUSTER added (as RocketMQ's batch encoder does)."""
+Every item is stored with the request's fields (:class:`formats.record_batch.BatchFields`) and
+its own body, flag and properties, CLUSTER added (as RocketMQ's batch encoder does)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from formats.batch import decode_batch
 from formats.properties import CLUSTER, DELAY, TRAN_MSG, WAIT
-from formats.record import Host, MessageRecord
-from formats.record_batch import RecordBatch
+from formats.record import MessageRecord
+from formats.record_batch import BatchFields, RecordBatch
 
 BATCH_DELAY_REFUSED = "delay levels are not supported for batched messages"  # as RocketMQ
 BATCH_TRANSACTION_REFUSED = "transactional messages cannot be batched"
 BATCH_EMPTY_REFUSED = "the batch is empty"
 
 
-@dataclass(frozen=True, slots=True)
-class BatchSend:
-    """What every item of one batch request shares."""
-
-    topic: str
-    queue_id: int
-    sysflag: int  # the items' (a compressed batch's items are stored inflated)
-    born_timestamp: int
-    born_host: Host
-    store_host: Host
-    reconsume_times: int
-    cluster: str
-
-
-def record_batch(send: BatchSend, body: bytes) -> RecordBatch | None:
+def record_batch(fields: BatchFields, cluster: str, body: bytes) -> RecordBatch | None:
     """Batch ``body`` as one :class:`RecordBatch`, or ``None`` when it takes the per-record
     path (:func:`batch_records`): see :mod:`formats.record_batch`."""
-    return RecordBatch.of_body(
-        body, topic=send.topic, queue_id=send.queue_id, sysflag=send.sysflag, born_timestamp=send.born_timestamp,
-        born_host=send.born_host, store_host=send.store_host, reconsume_times=send.reconsume_times,
-        suffix=cluster_property(send.cluster))
+    return RecordBatch.of_body(body, fields, cluster_property(cluster))
 
 
 def cluster_property(cluster: str) -> bytes:
@@ -46,13 +27,13 @@ def cluster_property(cluster: str) -> bytes:
     return f"{CLUSTER}\x01{cluster}\x02".encode()
 
 
-def batch_records(send: BatchSend, body: bytes) -> list[MessageRecord] | str:
+def batch_records(fields: BatchFields, cluster: str, body: bytes) -> list[MessageRecord] | str:
     """The records of batch ``body``, or the remark refusing it (MESSAGE_ILLEGAL); a malformed
     body raises :class:`formats.errors.FormatError`."""
     items = decode_batch(body)
     if not items:
         return BATCH_EMPTY_REFUSED
-    cluster_pair = cluster_property(send.cluster)
+    cluster_pair = cluster_property(cluster)
     records = []
     for item in items:
         props, text = item.properties, item.properties_text
@@ -65,9 +46,9 @@ def batch_records(send: BatchSend, body: bytes) -> list[MessageRecord] | str:
             text = None  # re-encoded from the dict
         else:
             text += cluster_pair  # the item's own bytes, CLUSTER appended: no re-encode
-        props[CLUSTER] = send.cluster
+        props[CLUSTER] = cluster
         records.append(MessageRecord(
-            send.topic, item.body, props, send.queue_id, item.flag, 0, 0, send.sysflag,
-            send.born_timestamp, send.born_host, 0, send.store_host, send.reconsume_times,
+            fields.topic, item.body, props, fields.queue_id, item.flag, 0, 0, fields.sysflag,
+            fields.born_timestamp, fields.born_host, 0, fields.store_host, fields.reconsume_times,
             properties_text=text))
     return records

@@ -6,7 +6,7 @@ import random
 import struct
 from typing import Protocol
 
-from core.broker.batch_send import BATCH_DELAY_REFUSED, BatchSend, batch_records, record_batch
+from core.broker.batch_send import BATCH_DELAY_REFUSED, batch_records, record_batch
 from core.broker.headers import SendHeader
 from core.broker.meters import BrokerMeters
 from core.broker.responses import response_code
@@ -25,6 +25,7 @@ from formats.msgid import encode_offset_msg_id
 from formats.properties import CLUSTER, DELAY, TIMER_OUT_MS, UNIQ_KEY, WAIT, decode_properties
 from formats.recall import RecallHandle
 from formats.record import MessageRecord
+from formats.record_batch import BatchFields
 from formats.sysflag import COMPRESSED, COMPRESSION_TYPE_MASK, compression_type
 
 
@@ -112,16 +113,16 @@ def _send_batch(broker: SendingBroker, request: RemotingCommand, header: SendHea
     size_max = broker.writes.body_size_max
     try:
         body, item_sysflag = _inflated_batch(request.body, header.sysflag, size_max)
-        send = BatchSend(header.topic, queue_id, item_sysflag, header.born_timestamp, born_host,
-                         broker.store_host, header.reconsume_times, broker.cluster)
-        fast = record_batch(send, body)
+        fields = BatchFields(header.topic, queue_id, item_sysflag, header.born_timestamp, born_host,
+                             broker.store_host, header.reconsume_times)
+        fast = record_batch(fields, broker.cluster, body)
         if fast is not None:
             if max(map(len, fast.bodies)) > size_max:
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")
             put = broker.writes.put_batch(fast)
             offsets, queue_offset, end = put.offsets, put.queue_offset, put.end
         else:  # the per-record path: it refuses, re-encodes or names what is malformed
-            records = batch_records(send, body)
+            records = batch_records(fields, broker.cluster, body)
             if isinstance(records, str):
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, records)
             if any(len(rec.body) > size_max for rec in records):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from core.broker.batch_send import BatchSend, batch_records, record_batch
+from core.broker.batch_send import batch_records, record_batch
 from core.config import StoreConfig
 from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
@@ -23,6 +23,7 @@ from core.store.message_store import MessageStore, open_message_store, opened_st
 from core.topic_names import SCHEDULE_TOPIC
 from formats.batch import BatchItem, encode_batch
 from formats.record import MessageRecord, decode_record, encode_record
+from formats.record_batch import BatchFields
 from formats.sysflag import BORNHOST_V6, STOREHOST_V6, TRANSACTION_PREPARED
 from replication.dledger import store as dledger_store
 from replication.dledger.raft_log import Entry
@@ -57,14 +58,14 @@ def _write(store: MessageStore, batch_path: bool) -> int:
              ("Orders", 30, "plain", ("127.0.0.1", 40001))]
     took = 0
     for n, (topic, count, kind, born) in enumerate(sends):
-        send = BatchSend(topic, n % 2, 0, 1_795_000_000_000 + n, born, ("192.168.7.1", 10911), n % 3, "C1")
+        fields = BatchFields(topic, n % 2, 0, 1_795_000_000_000 + n, born, ("192.168.7.1", 10911), n % 3)
         body = encode_batch(_items(rng, count, kind))
-        batch = record_batch(send, body) if batch_path else None
+        batch = record_batch(fields, "C1", body) if batch_path else None
         if batch is not None:
             store.put_batch(batch)
             took += 1
         else:
-            records = batch_records(send, body)
+            records = batch_records(fields, "C1", body)
             assert not isinstance(records, str)
             store.put_many(records)
         store.put(MessageRecord(topic, rng.randbytes(700), {"UNIQ_KEY": f"S{n}", "TAGS": "single"}, n % 2,
