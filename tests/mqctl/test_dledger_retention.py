@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import json
 import shutil
 import subprocess
@@ -53,11 +54,17 @@ class CppConsumer:
 
 
 def data_files(root: Path) -> dict[str, int]:
-    """The member's data files: name -> size (a missing folder: none)."""
+    """The member's data files: name -> size (a missing folder: none; a file retention deletes
+    while it is listed: left out, not the whole listing)."""
     try:
-        return {p.name: p.stat().st_size for p in (root / "commitlog").iterdir() if p.name.isdigit()}
+        paths = [p for p in (root / "commitlog").iterdir() if p.name.isdigit()]
     except FileNotFoundError:
         return {}
+    out = {}
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            out[path.name] = path.stat().st_size
+    return out
 
 
 def stored_indexes(cluster: Cluster, root: Path) -> list[int]:
