@@ -33,6 +33,7 @@ from mqctl.bench.proxy_overhead import compare_through_proxy
 from mqctl.bench.replication import bench_replication
 from mqctl.bench.rmq5 import bench_grpc
 from mqctl.bench.runs import SendApi, machine, median_run, run_workers, throughput_ratio
+from mqctl.bench.store_batches import batch_append, batch_bodies
 from mqctl.bench.topics import bench_topics
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
@@ -143,6 +144,7 @@ def bench_store(
     sync_records: Annotated[int, typer.Option(help="Records per sync-flush run.")] = 100_000,
     concurrency: Annotated[int, typer.Option(help="Concurrent producers in the sync run.")] = 256,
     rounds: Annotated[int, typer.Option(help="Measured rounds; each runs baseline, async and sync once, interleaved.")] = 5,
+    batch_size: Annotated[int, typer.Option(min=2, help="Items a batch body holds in the batch-path run.")] = 128,
     directory: Annotated[Path | None, typer.Option("--dir", help="Where to write (default: a temporary dir).")] = None,
     keep: Annotated[bool, typer.Option(help="Keep the last round's store files (for mqctl dump).")] = False,
     as_json: JsonOutput = False,
@@ -155,8 +157,10 @@ def bench_store(
     raw_runs: list[Measurement] = []
     async_runs: list[Measurement] = []
     sync_runs: list[Measurement] = []
+    batch_runs: list[Measurement] = []
     try:
         recs = make_records(records, body_size)
+        bodies = batch_bodies(recs, batch_size)
         # The prepared records stand in for requests arriving off the wire: keep the cyclic
         # collector from rescanning them in every run (baseline and store runs alike).
         gc.freeze()
@@ -168,17 +172,21 @@ def bench_store(
             asy = trio.run(async_append, round_dir, recs, StoreConfig(flush="async"))
             syn = trio.run(sync_group_commit, round_dir, recs[:sync_records],
                            StoreConfig(flush="sync"), concurrency)
+            bat = Measurement(f"store append, batch bodies of {batch_size} parsed and put, async flush",
+                              *trio.run(batch_append, round_dir, bodies, StoreConfig(flush="async")))
             if r >= 0:
                 raw_runs.append(raw)
                 async_runs.append(asy)
                 sync_runs.append(syn)
+                batch_runs.append(bat)
             if not (keep and last):
                 shutil.rmtree(round_dir, ignore_errors=True)
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
-    baseline, asynch, sync = median(raw_runs), median(async_runs), median(sync_runs)
+    baseline, asynch, sync, batched = median(raw_runs), median(async_runs), median(sync_runs), median(batch_runs)
     ratio = asynch.mb_per_s / baseline.mb_per_s
+    batch_ratio = batched.mb_per_s / baseline.mb_per_s
     round_ratios = [round(a.mb_per_s / b.mb_per_s, 2) for a, b in zip(async_runs, raw_runs, strict=True)]
 
     def row(m: Measurement) -> dict[str, object]:
@@ -188,10 +196,11 @@ def bench_store(
         "machine": machine(),
         "date": time.strftime("%Y-%m-%d"),
         "rounds": rounds,
-        "median": [row(m) for m in (baseline, asynch, sync)],
+        "median": [row(m) for m in (baseline, asynch, sync, batched)],
         "round_ratios": round_ratios,
-        "all_runs": [row(m) for m in raw_runs + async_runs + sync_runs],
+        "all_runs": [row(m) for m in raw_runs + async_runs + sync_runs + batch_runs],
         "async_to_raw_ratio": round(ratio, 3),
+        "batch_to_raw_ratio": round(batch_ratio, 3),
         "async_target_met": ratio >= ASYNC_TARGET_RATIO,
         "sync_target_met": sync.records_per_s >= SYNC_TARGET_RPS,
         "store_dir": str(base / f"round-{rounds - 1}") if keep else None,
@@ -201,11 +210,12 @@ def bench_store(
         return
     typer.echo(f"median of {rounds} interleaved rounds ({result['machine']}):")
     typer.echo(f"{'run':<72} {'MB/s':>8} {'records/s':>11}")
-    for m in (baseline, asynch, sync):
+    for m in (baseline, asynch, sync, batched):
         typer.echo(f"{m.name:<72} {m.mb_per_s:>8.1f} {m.records_per_s:>11,.0f}")
     typer.echo(f"per-round async/raw ratios: {', '.join(map(str, round_ratios))}")
     typer.echo(f"async append / raw write (medians): {ratio:.2f} (target >= {ASYNC_TARGET_RATIO}) "
                f"{'OK' if result['async_target_met'] else 'BELOW TARGET'}")
+    typer.echo(f"batch path / raw write (medians): {batch_ratio:.2f}")
     typer.echo(f"sync group commit: {sync.records_per_s:,.0f} records/s (target >= {SYNC_TARGET_RPS:,}) "
                f"{'OK' if result['sync_target_met'] else 'BELOW TARGET'}")
     if keep:
