@@ -92,7 +92,7 @@ def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connectio
             records = [broker.schedule.hold_if_delayed(rec)]
         size_max = broker.writes.body_size_max
         if any(len(rec.body) > size_max for rec in records):
-            return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")
+            return _too_large(request, size_max)
         results = broker.writes.put(records)
         broker.meters.sent(header.topic, len(records), len(request.body))
         if half is not None:
@@ -118,7 +118,7 @@ def _send_batch(broker: SendingBroker, request: RemotingCommand, header: SendHea
         fast = record_batch(fields, broker.cluster, body)
         if fast is not None:
             if max(map(len, fast.bodies)) > size_max:
-                return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")
+                return _too_large(request, size_max)
             put = broker.writes.put_batch(fast)
             offsets, queue_offset, end = put.offsets, put.queue_offset, put.end
         else:  # the per-record path: it refuses, re-encodes or names what is malformed
@@ -126,7 +126,7 @@ def _send_batch(broker: SendingBroker, request: RemotingCommand, header: SendHea
             if isinstance(records, str):
                 return request.reply(ResponseCode.MESSAGE_ILLEGAL, records)
             if any(len(rec.body) > size_max for rec in records):
-                return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")
+                return _too_large(request, size_max)
             results = broker.writes.put(records)
             offsets, queue_offset = [r.phys_offset for r in results], results[0].queue_offset
             end = results[-1].phys_offset + results[-1].size
@@ -135,6 +135,10 @@ def _send_batch(broker: SendingBroker, request: RemotingCommand, header: SendHea
         code, remark = response_code(exc)
         return request.reply(code, remark)
     return _answer(broker, request, queue_id, offsets, queue_offset, end, {})
+
+
+def _too_large(request: RemotingCommand, size_max: int) -> RemotingCommand:
+    return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {size_max}")  # as RocketMQ
 
 
 def _answer(broker: SendingBroker, request: RemotingCommand, queue_id: int, offsets: list[int], queue_offset: int,

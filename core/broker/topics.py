@@ -202,7 +202,8 @@ class TopicTable:
             raw = self.journal_path.read_bytes()
         except FileNotFoundError:
             return
-        for number, text in enumerate(raw.splitlines(), 1):
+        lines = raw.splitlines()
+        for number, text in enumerate(lines, 1):
             try:
                 line = orjson.loads(text)
                 if "put" in line:
@@ -214,7 +215,7 @@ class TopicTable:
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 # a torn last line (a crash while it was written): its change was never answered
                 log.warning("%s line %d unreadable, ignored: %s", self.journal_path, number, exc)
-        self._journal_lines = len(raw.splitlines())
+        self._journal_lines = len(lines)
 
     def save(self) -> None:
         """Rewrite ``topics.json`` whole; the journal is then empty."""

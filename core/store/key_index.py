@@ -33,8 +33,9 @@ import struct
 import sys
 import time
 import zlib
-from itertools import chain
-from operator import itemgetter
+from collections.abc import Iterable
+from itertools import chain, repeat
+from operator import and_, itemgetter
 from pathlib import Path
 
 from core.store.mapped_file import MappedFile
@@ -67,6 +68,19 @@ def topic_hash_seed(topic: str) -> int:
 def key_hash(topic: str, key: str) -> int:
     """The 31-bit hash an index entry stores for ``key`` of ``topic``: crc32("topic#key")."""
     return zlib.crc32(key.encode(), topic_hash_seed(topic)) & HASH_MASK
+
+
+def key_hashes(topic: str, keys: list[bytes]) -> list[int]:
+    """:func:`key_hash` of each of ``keys`` (UTF-8), computed without a Python step a key."""
+    return list(map(and_, map(zlib.crc32, keys, repeat(topic_hash_seed(topic))), repeat(HASH_MASK)))
+
+
+def keyed_entries(topic: str, keys_by_record: Iterable[list[bytes]], offsets: Iterable[int],
+                  stamps: Iterable[int]) -> list[tuple[int, int, int]]:
+    """Index entries ``(hash, phys, store_ts)`` for each record's keys (UTF-8), in order."""
+    seed = topic_hash_seed(topic)
+    return [(zlib.crc32(key, seed) & HASH_MASK, phys, stamp)
+            for keys, phys, stamp in zip(keys_by_record, offsets, stamps) for key in keys]
 
 
 class IndexFile:

@@ -15,11 +15,8 @@ from its decoded fields, as before runs existed.
 from __future__ import annotations
 
 import mmap
-from itertools import repeat
-from operator import and_
 from pathlib import Path
 from typing import Protocol
-from zlib import crc32
 
 from core.store.consume_queue import ConsumeQueueTable
 from core.store.dispatch import (
@@ -30,7 +27,7 @@ from core.store.dispatch import (
     LogRun,
     record_tags_code,
 )
-from core.store.key_index import HASH_MASK, KeyIndex, key_hash, topic_hash_seed
+from core.store.key_index import KeyIndex, key_hash, key_hashes, keyed_entries
 from core.store.store_types import StoreHooks
 from core.topic_names import SCHEDULE_TOPIC
 from formats import property_texts
@@ -191,18 +188,16 @@ class LogDispatch:
         self.stamp = stamps[-1]
 
     def _index_run(self, topic: str, texts: list[bytes], text: bytes, offsets: list[int], stamps: list[int]) -> None:
-        seed = topic_hash_seed(topic)
         uniq = property_texts.one_key_each(texts, text)
         if uniq is None:
-            self.index_entries.extend([(crc32(key, seed) & HASH_MASK, phys, stamp) for keys, phys, stamp
-                                       in zip(property_texts.index_keys(texts, text), offsets, stamps) for key in keys])
+            self.index_entries.extend(keyed_entries(topic, property_texts.index_keys(texts, text), offsets, stamps))
             return
         index = self._index
         index.ensure_room(1)
         if self.index_entries:  # entries stay in log order
             index.put_many(self.index_entries)
             self.index_entries = []
-        index.put_run(list(map(and_, map(crc32, uniq, repeat(seed)), repeat(HASH_MASK))), offsets, stamps)
+        index.put_run(key_hashes(topic, uniq), offsets, stamps)
 
     def finish(self) -> int:
         """Write what is left, tell the listeners; returns how many records."""

@@ -21,10 +21,8 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from itertools import repeat
-from operator import and_
 from pathlib import Path
 from typing import cast
-from zlib import crc32
 
 import trio
 
@@ -43,7 +41,7 @@ from core.store.commitlog import CommitLog
 from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from core.store.dispatch import Appended, BatchAppended, DispatchBatch, DispatchRequest, record_tags_code
 from core.store.group_commit import GroupCommit
-from core.store.key_index import HASH_MASK, KeyIndex, key_hash, topic_hash_seed
+from core.store.key_index import KeyIndex, key_hash, key_hashes, keyed_entries
 from core.store.replica_log import ReplicaLog
 from core.store.store_reads import StoreReads
 from core.store.store_types import BatchPut, PutResult, RecoveryReport, StoreHooks, StoreStatistics
@@ -259,11 +257,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
     def put_batch(self, batch: RecordBatch) -> BatchPut:
         """:meth:`put_many` for a batch request's records as one :class:`RecordBatch`: encoded
         and written in one copy, their queue and index entries written together at dispatch."""
-        if self._refusal is not None:
-            self._refuse()
-        longest = max(map(len, batch.bodies))
-        if longest > self._body_size_max:
-            raise MessageTooLargeError(f"body of {longest} bytes is over the {self._body_size_max}-byte limit")
+        self._admit_batch(batch)
         size = sum(batch.sizes)
         count = len(batch)
         if not self.commitlog.make_room(size):  # larger than a segment: one by one
@@ -284,6 +278,14 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         self._pending.append(BatchAppended(batch, cq, offsets, queue_offset, stamp, uniq_keys, keys))
         self._appended(cq, queue_offset + count - 1, offsets[-1], stamp, count)
         return BatchPut(offsets, queue_offset if cq is not None else 0, offsets[-1] + batch.sizes[-1], stamp)
+
+    def _admit_batch(self, batch: RecordBatch) -> None:
+        """Refuse a batch while writes are refused, or when a body is over the limit."""
+        if self._refusal is not None:
+            self._refuse()
+        longest = max(map(len, batch.bodies))
+        if longest > self._body_size_max:
+            raise MessageTooLargeError(f"body of {longest} bytes is over the {self._body_size_max}-byte limit")
 
     def _check_batch(self, records: list[MessageRecord]) -> None:
         """A batch's records: each body within the limit, all of one topic, queue and sysflag."""
@@ -379,16 +381,14 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         batch = put.batch
         if put.cq is not None:
             put.cq.put_entries(put.queue_offset, put.offsets, batch.sizes, batch.tags_codes())
-        seed, stamp = topic_hash_seed(batch.topic), put.store_timestamp
         if put.uniq_keys:
             if index_entries:  # entries keep the log's order
                 self.index.put_many(index_entries)
                 index_entries.clear()
-            self.index.put_run(list(map(and_, map(crc32, put.uniq_keys, repeat(seed)), repeat(HASH_MASK))),
-                               put.offsets, [stamp] * len(put.offsets))
+            self.index.put_run(key_hashes(batch.topic, put.uniq_keys), put.offsets,
+                               [put.store_timestamp] * len(put.offsets))
         elif put.keys:
-            index_entries.extend([(crc32(key, seed) & HASH_MASK, phys, stamp)
-                                  for keys, phys in zip(put.keys, put.offsets) for key in keys])
+            index_entries.extend(keyed_entries(batch.topic, put.keys, put.offsets, repeat(put.store_timestamp)))
 
     async def _dispatch_loop(self) -> None:
         while True:

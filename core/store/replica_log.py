@@ -6,7 +6,6 @@ it. Replication uses these and never the CommitLog itself."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,8 +17,6 @@ from core.store.consume_queue import ConsumeQueueTable
 from core.store.key_index import KeyIndex
 from core.store.log_dispatch import LogDispatch
 from core.store.store_types import StoreHooks
-
-_SIZE_AND_MAGIC = struct.Struct(">ii")  # a record's (or BLANK's) first two fields
 
 
 class ReplicaLog:

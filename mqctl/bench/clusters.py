@@ -27,7 +27,6 @@ from mqctl.nodes.replication_view import SlaveLink
 
 # one broker; a master and a slave, async; the same, sync; a raft group of three
 SETUPS = ("single", "async", "sync", "dledger")
-MASTER_SLAVE_SETUPS = ("single", "async", "sync")
 GROUP = "bench"
 SEGMENT_SIZE_BYTES = 64 * 1024 * 1024  # the shipped conf.toml's
 POLL_S = 0.1
@@ -103,15 +102,21 @@ def broker_roles(config: Config) -> dict[str, str]:
     "follower1", "follower2" (as the members say now)."""
     if config.replication.mode != "dledger":
         return {b.node: "master" if b.id == 0 else "slave" for b in config.brokers}
-    tables = trio.run(probe.runtime_infos, {b.node: b.listen for b in config.brokers})
+    leaders = raft_leaders(config)
     roles, followers = {}, 0
     for broker in sorted(config.brokers, key=lambda b: b.node):
-        if (tables.get(broker.node) or {}).get("raftWritable") == "true":
+        if broker.node in leaders:
             roles[broker.node] = "leader"
         else:
             followers += 1
             roles[broker.node] = f"follower{followers}"
     return roles
+
+
+def raft_leaders(config: Config) -> dict[str, str]:
+    """The members that take writes now (node -> address): one, or none during an election."""
+    tables = trio.run(probe.runtime_infos, {b.node: b.listen for b in config.brokers})
+    return {b.node: b.listen for b in config.brokers if (tables.get(b.node) or {}).get("raftWritable") == "true"}
 
 
 def broker_cpu_seconds(cluster: BenchCluster, roles: dict[str, str]) -> dict[str, float]:
@@ -124,10 +129,9 @@ def wait_leader(config: Config, timeout_s: float) -> str:
     """Until a member of the raft group takes writes; its address."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        tables = trio.run(probe.runtime_infos, {b.listen: b.listen for b in config.brokers})
-        leaders = [address for address, table in tables.items() if (table or {}).get("raftWritable") == "true"]
+        leaders = raft_leaders(config)
         if leaders:
-            return leaders[0]
+            return next(iter(leaders.values()))
         time.sleep(POLL_S)
     raise CliError(f"no raft leader within {timeout_s:.0f}s")
 

@@ -20,6 +20,7 @@ class SendApi(str, enum.Enum):
     ASYNC = "async"  # send_async with a window of N
     SYNC = "sync"  # N tasks each awaiting send
 
+
 def machine() -> str:
     """What the results were measured on."""
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"

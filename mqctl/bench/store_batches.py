@@ -10,13 +10,14 @@ from pathlib import Path
 import trio
 import trio.lowlevel
 
+from core.broker.batch_send import cluster_property
 from core.config import StoreConfig
 from core.store.message_store import open_message_store
 from formats.batch import BatchItem, encode_batch
 from formats.record import MessageRecord
 from formats.record_batch import BatchFields, RecordBatch
 
-CLUSTER_SUFFIX = b"CLUSTER\x01BenchCluster\x02"
+CLUSTER_SUFFIX = cluster_property("BenchCluster")
 
 
 def batch_bodies(records: list[MessageRecord], size: int) -> list[tuple[BatchFields, bytes]]:

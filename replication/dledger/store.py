@@ -37,9 +37,10 @@ from itertools import repeat
 from pathlib import Path
 
 from core.config import StoreConfig
-from core.errors import MessageTooLargeError, ReadOnlyStoreError, StoreCorruptError
+from core.errors import ReadOnlyStoreError, StoreCorruptError
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import LogRecovery
+from core.store.consume_queue import ConsumeQueue
 from core.store.dispatch import Appended
 from core.store.mapped_file import MappedFile
 from core.store.message_store import (
@@ -217,13 +218,7 @@ class DLedgerMessageStore(MessageStore):
             buf = bytearray(prep[0])
             write_record(buf, 0, rec, prep, qo, phys, stamp)
             bodies.append(bytes(buf))
-        proposer = self._proposer
-        outcome = Code.NOT_LEADER if proposer is None else proposer(bodies)
-        if isinstance(outcome, Code):
-            raise ReadOnlyStoreError(f"raft: {outcome.name} (this member cannot take writes now)")
-        if cq is not None:
-            cq.assigned = queue_offset + len(records)
-        self._last_store_ts = stamp
+        self._propose(bodies, cq, queue_offset + len(records), stamp)
         raft_log = self.raft_log
         first, term = raft_log.last_index - len(records) + 1, raft_log.last_term
         keys = [index_keys(rec.properties) for rec in records] if self._index_enabled else repeat(None)
@@ -236,24 +231,25 @@ class DLedgerMessageStore(MessageStore):
         """A batch's records proposed as entries, one each (RocketMQ's DLedger does the same),
         encoded from the batch with their final offsets; every member dispatches them at commit
         from the log, a run at a time."""
-        if self._refusal is not None:
-            self._refuse()
-        longest = max(map(len, batch.bodies))
-        if longest > self._body_size_max:
-            raise MessageTooLargeError(f"body of {longest} bytes is over the {self._body_size_max}-byte limit")
+        self._admit_batch(batch)
         count = len(batch)
         cq, queue_offset = self._claim_queue(batch.topic, batch.queue_id, batch.sysflag, count)
         stamp = now_ms()
         offsets = self.raft_log.record_offsets(batch.sizes)
         queue_offsets = range(queue_offset, queue_offset + count) if cq is not None else [0] * count
+        self._propose(batch.records_bytes(offsets, queue_offsets, stamp), cq, queue_offset + count, stamp)
+        return BatchPut(offsets, queue_offset if cq is not None else 0, offsets[-1] + batch.sizes[-1], stamp)
+
+    def _propose(self, bodies: list[bytes], cq: ConsumeQueue | None, next_queue_offset: int, stamp: int) -> None:
+        """Hand encoded records to the raft node; once it took them, their queue offsets and
+        store time are this store's (ReadOnlyStoreError when it is not leading)."""
         proposer = self._proposer
-        outcome = Code.NOT_LEADER if proposer is None else proposer(batch.records_bytes(offsets, queue_offsets, stamp))
+        outcome = Code.NOT_LEADER if proposer is None else proposer(bodies)
         if isinstance(outcome, Code):
             raise ReadOnlyStoreError(f"raft: {outcome.name} (this member cannot take writes now)")
         if cq is not None:
-            cq.assigned = queue_offset + count
+            cq.assigned = next_queue_offset
         self._last_store_ts = stamp
-        return BatchPut(offsets, queue_offset if cq is not None else 0, offsets[-1] + batch.sizes[-1], stamp)
 
     def entry_at_record(self, phys_offset: int) -> tuple[int, int]:
         """The raft index and term of the entry holding the record at ``phys_offset``."""
