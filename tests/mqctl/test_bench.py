@@ -78,7 +78,8 @@ def _bench_replication(tmp_path, subprocess_env, setups: str) -> dict:
             assert run["slave_linked_throughout"] and set(cpu) == {"master", "slave", "clients"}
         elif run["setup"] == "dledger":
             assert set(cpu) == {"leader", "follower1", "follower2", "clients"} and all(us > 0 for us in cpu.values())
-            assert cpu["leader"] > cpu["follower1"]  # it encodes, proposes and answers; they append
+            # No ordering between the members is asserted: at 2,000 messages each figure is a few
+            # 10 ms clock ticks, and the leader and a follower came out equal (75.0 and 75.0) in CI.
         else:
             assert set(cpu) == {"master", "clients"}
     assert set(result["median"]) == set(setups.split(",")) and len(result["round_ratios"]) == 1
