@@ -40,6 +40,8 @@ INDEX_ENTRY_SIZE = 32
 _HEADER = struct.Struct(">iiqqqiiii")
 _INDEX = struct.Struct(">iqiqq")
 _PADDING = struct.Struct(">ii")
+HEADER_STRUCT = _HEADER  # for a writer packing many headers (fields in the order drawn above)
+INDEX_STRUCT = _INDEX  # for a writer packing many index entries
 
 
 class DLedgerHeader(NamedTuple):

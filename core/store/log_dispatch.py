@@ -15,12 +15,14 @@ from its decoded fields, as before runs existed.
 from __future__ import annotations
 
 import mmap
+from itertools import repeat
 from pathlib import Path
 from typing import Protocol
 
 from core.store.consume_queue import ConsumeQueueTable
 from core.store.dispatch import (
     Appended,
+    BatchAppended,
     DispatchBatch,
     DispatchFields,
     DispatchUnit,
@@ -144,6 +146,17 @@ class LogDispatch:
         self._add_fields((rec.topic, rec.queue_id, queue_offset, phys, size, 0, stamp, rec.sysflag, rec.properties),
                          keys)
 
+    def add_batch_put(self, put: BatchAppended) -> None:
+        """A batch this store put itself (a raft leader's), dispatched from what it kept of it."""
+        self._flush()
+        if self._index_on:
+            self._index.ensure_room(1)
+        write_batch_entries(self._index, put, self.index_entries)
+        if self.units is not None:
+            self.units.append(put)
+        self.count += len(put.offsets)
+        self.stamp = put.store_timestamp
+
     def _alone(self, view: MappedBytes, pos: int, total: int, phys: int) -> None:
         self._flush()
         _total, topic, queue_id, queue_offset, sysflag, stamp, props = decode_dispatch_fields(view, pos, pos + total)
@@ -209,11 +222,26 @@ class LogDispatch:
         if self.count:
             store._last_store_ts = store._last_dispatch_ts = self.stamp
         if self.units and store.plugins is not None:
-            store.plugins.records_dispatched(store.root, DispatchBatch(self.units))
+            store.plugins.records_dispatched(store.root, DispatchBatch(self.units, store._delay_levels_ms))
         return self.count
 
 
 _BLANK_BYTES = BLANK_MAGIC.to_bytes(4, "big", signed=True)
+
+
+def write_batch_entries(index: KeyIndex, put: BatchAppended, index_entries: list[tuple[int, int, int]]) -> None:
+    """A batch put's queue entries in one write; its UNIQ_KEYs as one index run, or its other
+    keys onto ``index_entries`` (written before the run, so entries keep the log's order)."""
+    batch = put.batch
+    if put.cq is not None:
+        put.cq.put_entries(put.queue_offset, put.offsets, batch.sizes, batch.tags_codes())
+    if put.uniq_keys:
+        if index_entries:
+            index.put_many(index_entries)
+            index_entries.clear()
+        index.put_run(key_hashes(batch.topic, put.uniq_keys), put.offsets, [put.store_timestamp] * len(put.offsets))
+    elif put.keys:
+        index_entries.extend(keyed_entries(batch.topic, put.keys, put.offsets, repeat(put.store_timestamp)))
 
 
 def _run_topic(raw: bytes) -> str | None:

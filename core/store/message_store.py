@@ -41,7 +41,8 @@ from core.store.commitlog import CommitLog
 from core.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from core.store.dispatch import Appended, BatchAppended, DispatchBatch, DispatchRequest, record_tags_code
 from core.store.group_commit import GroupCommit
-from core.store.key_index import KeyIndex, key_hash, key_hashes, keyed_entries
+from core.store.key_index import KeyIndex, key_hash
+from core.store.log_dispatch import write_batch_entries
 from core.store.replica_log import ReplicaLog
 from core.store.store_reads import StoreReads
 from core.store.store_types import BatchPut, PutResult, RecoveryReport, StoreHooks, StoreStatistics
@@ -354,7 +355,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         index_entries: list[tuple[int, int, int]] = []
         for unit in pending:
             if type(unit) is BatchAppended:
-                self._dispatch_batch(unit, index_entries)
+                write_batch_entries(self.index, unit, index_entries)
                 continue
             rec, cq, phys, size, queue_offset, stamp, keys = cast(Appended, unit)
             if cq is not None:
@@ -375,20 +376,6 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         if self._notify_dispatch and self.plugins is not None:
             self.plugins.records_dispatched(self.root, DispatchBatch(pending, self._delay_levels_ms))
         return count
-
-    def _dispatch_batch(self, put: BatchAppended, index_entries: list[tuple[int, int, int]]) -> None:
-        """A batch's queue entries in one write, its index entries onto ``index_entries``."""
-        batch = put.batch
-        if put.cq is not None:
-            put.cq.put_entries(put.queue_offset, put.offsets, batch.sizes, batch.tags_codes())
-        if put.uniq_keys:
-            if index_entries:  # entries keep the log's order
-                self.index.put_many(index_entries)
-                index_entries.clear()
-            self.index.put_run(key_hashes(batch.topic, put.uniq_keys), put.offsets,
-                               [put.store_timestamp] * len(put.offsets))
-        elif put.keys:
-            index_entries.extend(keyed_entries(batch.topic, put.keys, put.offsets, repeat(put.store_timestamp)))
 
     async def _dispatch_loop(self) -> None:
         while True:

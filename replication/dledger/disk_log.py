@@ -27,8 +27,8 @@ written (and synced) before any file it makes obsolete is deleted.
 
 from __future__ import annotations
 
-import os
 import struct
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -36,8 +36,8 @@ from core.store.mapped_file import MappedFile, MappedFileQueue
 from formats import dledger
 from formats.errors import FormatError
 from formats.record import MAGIC_V1, MAGIC_V2, OFF_PHYSICALOFFSET
-from replication.dledger.raft_log import Entry, PackedEntries
-from replication.dledger.raft_node import HardState
+from replication.dledger.raft_log import BodyRun, Entry, PackedEntries
+from replication.dledger.state_files import read_properties, write_properties
 
 INDEX_FILE_ENTRIES = 1 << 20  # 32 MiB index files
 START_FILE = "start"
@@ -215,6 +215,9 @@ class DiskRaftLog:
             self.write_pos = self._start_pos = 0
         if isinstance(entries, PackedEntries) and entries.contiguous and self._append_as_placed(entries):
             return
+        if isinstance(entries, BodyRun):
+            self._append_bodies(entries)
+            return
         parts: list[bytes | memoryview] = []
         index_parts: list[bytes] = []
         chunk_at = pos = self.write_pos
@@ -238,6 +241,34 @@ class DiskRaftLog:
             pos += size
             last, last_term = e.index, e.term
         self._write_chunk(chunk_at, parts, index_parts, pos, last, last_term)
+
+    def _append_bodies(self, run: BodyRun) -> None:
+        """A leader's proposal: each entry's header and index entry packed straight from its
+        body (the records carry their own offsets already when the store encoded them with
+        :meth:`record_offsets`; others are patched here), one write a data file."""
+        pack_header, pack_index, crc32 = dledger.HEADER_STRUCT.pack, dledger.INDEX_STRUCT.pack, zlib.crc32
+        segment, header_size, normal = self.segment_size, dledger.HEADER_SIZE, dledger.MAGIC_NORMAL
+        parts: list[bytes | memoryview] = []
+        index_parts: list[bytes] = []
+        chunk_at = pos = self.write_pos
+        index, term = run.first_index - 1, run.term
+        for body in run.bodies:
+            size = header_size + len(body)
+            if size > segment - pos % segment:  # the next data file: write what this one gets
+                if size > segment - 8:
+                    raise ValueError(f"an entry of {size} bytes does not fit a {segment}-byte segment")
+                self._write_chunk(chunk_at, parts, index_parts, pos, index, term)
+                parts, index_parts = [], []
+                placed = pos + segment - pos % segment
+                self._pad(pos, placed)
+                chunk_at = pos = placed
+            index += 1
+            body = _with_own_offset(body, pos + header_size)
+            crc = crc32(body)
+            parts += (pack_header(normal, size, index, term, pos, 0, 0, crc - (crc >> 31 << 32), len(body)), body)
+            index_parts.append(pack_index(normal, pos, size, index, term))
+            pos += size
+        self._write_chunk(chunk_at, parts, index_parts, pos, index, term)
 
     def _append_as_placed(self, run: PackedEntries) -> bool:
         """Write ``run`` as it is when it lands where its sender placed it, within one data
@@ -440,52 +471,3 @@ def _with_own_offset(body: bytes, phys: int) -> bytes:
     patched = bytearray(body)
     _PHYS.pack_into(patched, OFF_PHYSICALOFFSET, phys)
     return bytes(patched)
-
-
-# ---------------------------------------------------------------------- small state files
-
-
-def save_hard_state(path: Path, state: HardState) -> None:
-    """Write term and vote durably (DLedger's ``currterm`` properties) before any answer."""
-    write_properties(path, {"currTerm": str(state.term), "voteLeader": state.voted_for or ""})
-
-
-def load_hard_state(path: Path) -> HardState:
-    props = read_properties(path)
-    return HardState(int(props.get("currTerm", "0")), props.get("voteLeader") or None)
-
-
-def save_commit_checkpoint(path: Path, committed_index: int, end_index: int) -> None:
-    write_properties(path, {"endIndex": str(end_index), "committedIndex": str(committed_index)})
-
-
-def load_commit_checkpoint(path: Path) -> int:
-    return int(read_properties(path).get("committedIndex", "-1"))
-
-
-def write_properties(path: Path, props: dict[str, str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(f"{k}={v}\n" for k, v in props.items()))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # the rename itself
-    finally:
-        os.close(fd)
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not key.startswith("#"):
-            out[key.strip()] = value.strip()
-    return out

@@ -27,17 +27,16 @@ from pathlib import Path
 
 import trio
 
-from replication.dledger.disk_log import (
-    DiskRaftLog,
+from replication.dledger.disk_log import DiskRaftLog, sync_files
+from replication.dledger.messages import Code, Message
+from replication.dledger.quorum import Completion
+from replication.dledger.raft_node import RaftNode, RaftSettings, Ready, Role, early_messages
+from replication.dledger.state_files import (
     load_commit_checkpoint,
     load_hard_state,
     save_commit_checkpoint,
     save_hard_state,
-    sync_files,
 )
-from replication.dledger.messages import Code, Message
-from replication.dledger.quorum import Completion
-from replication.dledger.raft_node import RaftNode, RaftSettings, Ready, Role, early_messages
 from replication.dledger.transport import RaftTransport
 
 log = logging.getLogger(__name__)
@@ -139,7 +138,7 @@ class RaftDriver:
         results.sort(key=lambda c: order[c.proposal])
         return [Appended(c.code, c.index, c.term) for c in results]
 
-    def propose(self, bodies: list[bytes]) -> list[int] | Code:
+    def propose(self, bodies: list[bytes]) -> range | Code:
         """Append ``bodies`` without waiting: their proposal numbers, or why not (the caller
         learns the outcome from the commit index and the entries' terms)."""
         if self.node is None:
@@ -206,11 +205,14 @@ class RaftDriver:
                 return
 
     def _publish(self, ready: Ready) -> None:
-        for done in ready.completions:
-            waiter = self._waiters.pop(done.proposal, None)
-            if waiter is not None:
-                waiter[1].append(done)
-                waiter[0].set()
+        waiters = self._waiters
+        if waiters:  # the broker's sends follow the commit index and wait on no proposal
+            for run in ready.completions:
+                for done in run.each():
+                    waiter = waiters.pop(done.proposal, None)
+                    if waiter is not None:
+                        waiter[1].append(done)
+                        waiter[0].set()
         if ready.commit_index > self.commit_index:
             self.commit_index = ready.commit_index
             if self._on_commit is not None:

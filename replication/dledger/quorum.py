@@ -9,6 +9,7 @@ that never saw it, so it is committed only together with an entry of the current
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from replication.dledger.messages import Code
@@ -17,19 +18,32 @@ from replication.dledger.raft_log import RaftLog
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """The outcome of one proposed append: SUCCESS once committed, or why not (then the entry
-    may still commit later: a client retry can duplicate it)."""
+    """The outcome of ``count`` consecutive proposed appends (proposals ``proposal``, ...,
+    entries ``index``, ...): SUCCESS once committed, or why not (then the entries may still
+    commit later: a client retry can duplicate them)."""
 
     proposal: int
     code: Code
     index: int
     term: int
+    count: int = 1
+
+    def each(self) -> Iterator[Completion]:
+        """One completion per proposal."""
+        if self.count == 1:
+            yield self
+            return
+        for i in range(self.count):
+            yield Completion(self.proposal + i, self.code, self.index + i, self.term)
 
 
 @dataclass(slots=True)
 class _Pending:
+    """Proposals ``proposal`` .. ``proposal + count - 1``, entries ``index`` .. on."""
+
     proposal: int
     index: int
+    count: int
     deadline: float
 
 
@@ -43,12 +57,15 @@ class QuorumAckChecker:
     wait_ack_timeout_s: float
     commit_index: int = -1
     watermarks: dict[int, dict[str, int]] = field(default_factory=dict)  # term -> peer -> acked index
-    # waiting appends in index order (so also in deadline order: one timeout for all)
+    # waiting appends in index order (so also in deadline order: one timeout for all), a
+    # proposal's run of entries as one
     _pending: collections.deque[_Pending] = field(default_factory=collections.deque)
+    _pending_entries: int = 0
 
     @property
     def pending_count(self) -> int:
-        return len(self._pending)
+        """Entries waiting for the quorum."""
+        return self._pending_entries
 
     def start_term(self, term: int, commit_index: int) -> list[Completion]:
         """This node leads ``term`` now: appends waiting from older terms end TERM_CHANGED and
@@ -60,12 +77,15 @@ class QuorumAckChecker:
         return ended
 
     def fail_all(self, code: Code) -> list[Completion]:
-        out = [Completion(p.proposal, code, p.index, self.term) for p in self._pending]
+        out = [Completion(p.proposal, code, p.index, self.term, p.count) for p in self._pending]
         self._pending.clear()
+        self._pending_entries = 0
         return out
 
-    def add(self, proposal: int, index: int, now: float) -> None:
-        self._pending.append(_Pending(proposal, index, now + self.wait_ack_timeout_s))
+    def add(self, proposal: int, index: int, now: float, count: int = 1) -> None:
+        """Proposals ``proposal``, ... appended as entries ``index``, ... now."""
+        self._pending.append(_Pending(proposal, index, count, now + self.wait_ack_timeout_s))
+        self._pending_entries += count
 
     def ack(self, peer: str, term: int, index: int) -> None:
         """``peer`` durably holds this term's leader's entries up to ``index``."""
@@ -86,13 +106,19 @@ class QuorumAckChecker:
         q = self.quorum_index()
         if q > self.commit_index and log.term_at(q) == self.term:
             self.commit_index = q
-        pending = self._pending
+        pending, commit = self._pending, self.commit_index
         while pending:
             p = pending[0]
-            if p.index <= self.commit_index:
-                out.append(Completion(p.proposal, Code.SUCCESS, p.index, self.term))
+            if p.index <= commit:
+                done = min(p.count, commit - p.index + 1)
+                out.append(Completion(p.proposal, Code.SUCCESS, p.index, self.term, done))
+                self._pending_entries -= done
+                if done < p.count:  # the rest of the run waits on
+                    p.proposal, p.index, p.count = p.proposal + done, p.index + done, p.count - done
+                    continue
             elif now >= p.deadline:
-                out.append(Completion(p.proposal, Code.WAIT_QUORUM_ACK_TIMEOUT, p.index, self.term))
+                out.append(Completion(p.proposal, Code.WAIT_QUORUM_ACK_TIMEOUT, p.index, self.term, p.count))
+                self._pending_entries -= p.count
             else:
                 break
             pending.popleft()

@@ -149,6 +149,47 @@ class PackedEntries(Sequence[Entry]):
         return len(self.raw) - dledger.HEADER_SIZE * len(self._starts)
 
 
+class BodyRun(Sequence[Entry]):
+    """A leader's proposal: normal entries ``first_index``, ``first_index + 1``, ... of one
+    ``term``, held as their bodies; an :class:`Entry` is made only when one is indexed, so a
+    disk log encodes the run in one pass."""
+
+    __slots__ = ("bodies", "first_index", "term")
+
+    def __init__(self, first_index: int, term: int, bodies: list[bytes]) -> None:
+        self.first_index = first_index
+        self.term = term
+        self.bodies = bodies
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    @overload
+    def __getitem__(self, i: int) -> Entry: ...
+    @overload
+    def __getitem__(self, i: slice) -> BodyRun: ...
+
+    def __getitem__(self, i: int | slice) -> Entry | BodyRun:
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(len(self.bodies))
+            if step != 1:
+                raise ValueError("a run of entries is sliced without a step")
+            return BodyRun(self.first_index + lo, self.term, self.bodies[lo:hi])
+        n = len(self.bodies)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return Entry(self.first_index + i, self.term, self.bodies[i])
+
+    def __iter__(self) -> Iterator[Entry]:
+        index, term = self.first_index, self.term
+        return (Entry(index + i, term, body) for i, body in enumerate(self.bodies))
+
+    def __repr__(self) -> str:
+        return f"BodyRun({self.first_index}..{self.first_index + len(self.bodies) - 1}, term {self.term})"
+
+
 def body_bytes(entries: Sequence[Entry]) -> int:
     """The bytes of the entries' bodies."""
     if isinstance(entries, PackedEntries):

@@ -36,7 +36,7 @@ from replication.dledger.messages import (
     VoteResult,
 )
 from replication.dledger.quorum import Completion, QuorumAckChecker
-from replication.dledger.raft_log import Entry, RaftLog
+from replication.dledger.raft_log import BodyRun, Entry, RaftLog
 
 
 class Role(enum.Enum):
@@ -189,8 +189,9 @@ class RaftNode:
               and self.role is Role.FOLLOWER):
             self._start_election(now, transfer=True)
 
-    def propose(self, bodies: list[bytes], now: float) -> list[int] | Code:
-        """Append ``bodies`` as entries of this term; their proposal numbers, or why not."""
+    def propose(self, bodies: list[bytes], now: float) -> range | Code:
+        """Append ``bodies`` as entries of this term, one run; their proposal numbers, or why
+        not."""
         if self.role is not Role.LEADER:
             return Code.NOT_LEADER
         if self._transfer_to is not None:
@@ -198,14 +199,11 @@ class RaftNode:
         if self._quorum.pending_count + len(bodies) > self.settings.max_pending_appends:
             return Code.LEADER_PENDING_FULL
         first = self.log.last_index + 1
-        self.log.append([Entry(first + i, self.term, body) for i, body in enumerate(bodies)])
-        out = []
-        for i in range(len(bodies)):
-            proposal = self._next_proposal
-            self._next_proposal += 1
-            self._quorum.add(proposal, first + i, now)
-            out.append(proposal)
-        return out
+        self.log.append(BodyRun(first, self.term, bodies))
+        proposal = self._next_proposal
+        self._next_proposal += len(bodies)
+        self._quorum.add(proposal, first, now, len(bodies))
+        return range(proposal, proposal + len(bodies))
 
     def log_synced(self, index: int, now: float) -> None:
         """The driver synced the log through ``index``."""

@@ -38,12 +38,8 @@ import trio
 from core.config import StoreConfig
 from core.store.checkpoint import Checkpoint, write_checkpoint
 from core.store.message_store import CHECKPOINT_FILE, LOG_FLOOR_FILE, RAFT_STATE_DIR, holds_unsealed_raft
-from replication.dledger.disk_log import (
-    DiskRaftLog,
-    load_commit_checkpoint,
-    save_commit_checkpoint,
-    write_properties,
-)
+from replication.dledger.disk_log import DiskRaftLog
+from replication.dledger.state_files import load_commit_checkpoint, save_commit_checkpoint, write_properties
 from replication.dledger.store import DLedgerMessageStore, read_data_base
 
 COPY_RUN_ENTRIES = 512

@@ -297,7 +297,7 @@ class Simulation:
                     n.raft is not None and n.log.last_index < n.log.install_end for n in self.nodes.values()):
                 self.stats["new_leaders_installing"] += 1
             self._believed_leader = node.id
-        for done in ready.completions:
+        for done in (d for run in ready.completions for d in run.each()):
             body = node.proposals.pop(done.proposal, None)
             if body is None:
                 continue

@@ -41,7 +41,7 @@ from core.errors import ReadOnlyStoreError, StoreCorruptError
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import LogRecovery
 from core.store.consume_queue import ConsumeQueue
-from core.store.dispatch import Appended
+from core.store.dispatch import Appended, BatchAppended
 from core.store.mapped_file import MappedFile
 from core.store.message_store import (
     ABORT_FILE,
@@ -58,20 +58,15 @@ from formats.properties import index_keys
 from formats.record import MessageRecord, prepare_record, read_store_timestamp, write_record
 from formats.record_batch import RecordBatch
 from formats.segments import parse_segment_name
-from replication.dledger.disk_log import (
-    DiskRaftLog,
-    load_commit_checkpoint,
-    read_properties,
-    sync_files,
-    write_properties,
-)
+from replication.dledger.disk_log import DiskRaftLog, sync_files
 from replication.dledger.messages import Code
 from replication.dledger.retention import deletable_through
+from replication.dledger.state_files import load_commit_checkpoint, read_properties, write_properties
 
 log = logging.getLogger(__name__)
 
 _ENTRY_HEAD = struct.Struct(">iiqq")  # magic, size, raft index, term
-Proposer = Callable[[list[bytes]], "list[int] | Code"]
+Proposer = Callable[[list[bytes]], "range | Code"]
 
 
 class DLedgerMessageStore(MessageStore):
@@ -83,9 +78,10 @@ class DLedgerMessageStore(MessageStore):
         self.raft_log = DiskRaftLog(root, config.segment_size_bytes, data=self.commitlog.files)
         self.committed_index = -1
         self._proposer: Proposer | None = None  # the raft node's propose: attach_proposer
-        # what this member proposed as leader, by (raft index, term): dispatched from these
-        # fields at commit instead of decoding the records again (same index and term: same entry)
-        self._proposed: collections.deque[tuple[int, int, Appended]] = collections.deque()
+        # what this member proposed as leader, by (first raft index, term): dispatched from
+        # these fields at commit instead of decoding the records again (same index and term:
+        # same entry); a batch's entries as one
+        self._proposed: collections.deque[tuple[int, int, Appended | BatchAppended]] = collections.deque()
         self.set_read_only("no raft leader elected yet")
 
     def attach_proposer(self, propose: Proposer) -> None:
@@ -180,7 +176,22 @@ class DLedgerMessageStore(MessageStore):
                     while proposed and proposed[0][0] < index:
                         proposed.popleft()  # never committed here (another leader's entries won)
                     if proposed and proposed[0][0] == index and proposed[0][1] == term:
-                        batch.add_put(proposed.popleft()[2])
+                        put = proposed[0][2]
+                        if type(put) is BatchAppended:
+                            last_index = index + len(put.offsets) - 1
+                            if last_index > commit_index and self.raft_log.term_at(last_index) == term:
+                                more = False  # dispatched whole once its last entry commits
+                                break
+                            proposed.popleft()  # committed, or cut short by a later leader
+                            last_at = put.offsets[-1] - header_size - start
+                            last_size = header_size + put.batch.sizes[-1]
+                            if last_at + last_size <= limit and head(view, last_at) == (normal, last_size, last_index, term):
+                                batch.add_batch_put(put)  # its entries lie in this file, as proposed
+                                at = last_at + last_size
+                                continue
+                            batch.add(view, at + header_size, size - header_size, start + at + header_size)
+                        else:
+                            batch.add_put(proposed.popleft()[2])  # type: ignore[arg-type]
                     else:
                         batch.add(view, at + header_size, size - header_size, start + at + header_size)
                 at += size
@@ -238,6 +249,13 @@ class DLedgerMessageStore(MessageStore):
         offsets = self.raft_log.record_offsets(batch.sizes)
         queue_offsets = range(queue_offset, queue_offset + count) if cq is not None else [0] * count
         self._propose(batch.records_bytes(offsets, queue_offsets, stamp), cq, queue_offset + count, stamp)
+        uniq_keys = keys = None
+        if self._index_enabled:
+            uniq_keys = batch.one_key_each()
+            if uniq_keys is None:
+                keys = batch.index_keys()
+        self._proposed.append((self.raft_log.last_index - count + 1, self.raft_log.last_term,
+                               BatchAppended(batch, cq, offsets, queue_offset, stamp, uniq_keys, keys)))
         return BatchPut(offsets, queue_offset if cq is not None else 0, offsets[-1] + batch.sizes[-1], stamp)
 
     def _propose(self, bodies: list[bytes], cq: ConsumeQueue | None, next_queue_offset: int, stamp: int) -> None:

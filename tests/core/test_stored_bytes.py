@@ -26,7 +26,7 @@ from formats.record import MessageRecord, decode_record, encode_record
 from formats.record_batch import BatchFields
 from formats.sysflag import BORNHOST_V6, STOREHOST_V6, TRANSACTION_PREPARED
 from replication.dledger import store as dledger_store
-from replication.dledger.raft_log import Entry
+from replication.dledger.raft_log import BodyRun
 from replication.dledger.store import DLedgerMessageStore
 
 STORE_NOW_MS = 1_795_000_000_123
@@ -181,21 +181,25 @@ async def test_a_raft_leader_and_follower_store_the_same_bytes_as_before(tmp_pat
     as the raft node does), and a follower given the leader's entries: the data files, queues
     and key index are the ones the code before the batch path wrote."""
     monkeypatch.setattr(dledger_store, "now_ms", lambda: STORE_NOW_MS)
-    leader = DLedgerMessageStore(tmp_path / "leader", CONFIG)
+    seen: dict[str, list[DispatchRequest]] = {"leader": [], "follower": []}
+    leader = DLedgerMessageStore(tmp_path / "leader", CONFIG, _recording_host(seen["leader"]))
 
-    def propose(bodies: list[bytes]) -> list[int]:
+    def propose(bodies: list[bytes]) -> range:
         first = leader.raft_log.last_index + 1
-        leader.raft_log.append([Entry(first + i, 1, body) for i, body in enumerate(bodies)])
-        return list(range(first, first + len(bodies)))
+        leader.raft_log.append(BodyRun(first, 1, bodies))
+        return range(first, first + len(bodies))
 
     async with open_message_store(leader.root, CONFIG, store=leader):
         leader.attach_proposer(propose)
         leader.start_leading()
         assert _write(leader, batch_path) == (4 if batch_path else 0)
         last = leader.raft_log.last_index
-        assert leader.dispatch_committed(last) == 113
+        # committed into the first batch's entries (0..39): a batch put waits to be dispatched
+        # whole, a record put goes at once
+        early = leader.dispatch_committed(5)
+        assert early == (0 if batch_path else 6) and leader.dispatch_committed(last) == 113 - early
         entries = [leader.raft_log.entry(i) for i in range(last + 1)]
-    follower = DLedgerMessageStore(tmp_path / "follower", CONFIG)
+    follower = DLedgerMessageStore(tmp_path / "follower", CONFIG, _recording_host(seen["follower"]))
     async with open_message_store(follower.root, CONFIG, store=follower):
         for entry in entries:
             assert entry is not None
@@ -204,9 +208,28 @@ async def test_a_raft_leader_and_follower_store_the_same_bytes_as_before(tmp_pat
     leader_digest = _digest(tmp_path / "leader")
     assert _digest(tmp_path / "follower") == leader_digest
     assert leader_digest == RAFT_GOLDEN
+    assert len(seen["leader"]) == 113 and seen["follower"] == seen["leader"]  # what listeners read
 
 
 RAFT_GOLDEN = {"commitlog": "944cb9098206c2bc", "consumequeue": "647ac566fdf915a1", "index": "c1e8d728c098f4b5"}  # ff22e98 gave these
+
+
+def _recording_host(seen: list[DispatchRequest], queues: set | None = None) -> PluginHost:
+    """Plugins with a listener that reads every dispatched request into ``seen`` (and the
+    queues named into ``queues``)."""
+
+    class Listener:
+        @hookimpl
+        def mq_records_dispatched(self, store_dir, requests):
+            if queues is not None:
+                queues.update(requests.queues)
+            # a put's sysflag is the producer's; read back, it has the stored host bits too
+            seen.extend(r._replace(sysflag=r.sysflag & ~(BORNHOST_V6 | STOREHOST_V6)) for r in requests)
+            assert len(requests) == len(list(requests))
+
+    host = PluginHost(load_entry_points=False)
+    host.register(Listener())
+    return host
 
 
 def test_listeners_see_the_same_records_from_a_batch_put_and_from_a_slave_run(tmp_path, frozen_clock):
@@ -214,22 +237,7 @@ def test_listeners_see_the_same_records_from_a_batch_put_and_from_a_slave_run(tm
     per record; read, they are the requests the per-record path gave."""
     seen: dict[str, list[DispatchRequest]] = {"master": [], "slave": []}
     queues: dict[str, set] = {"master": set(), "slave": set()}
-
-    class Listener:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        @hookimpl
-        def mq_records_dispatched(self, store_dir, requests):
-            queues[self.name] |= requests.queues
-            # a put's sysflag is the producer's; read back, it has the stored host bits too
-            seen[self.name].extend(r._replace(sysflag=r.sysflag & ~(BORNHOST_V6 | STOREHOST_V6)) for r in requests)
-            assert len(requests) == len(list(requests))
-
-    hosts = {}
-    for name in seen:
-        hosts[name] = PluginHost(load_entry_points=False)
-        hosts[name].register(Listener(name))
+    hosts = {name: _recording_host(seen[name], queues[name]) for name in seen}
     master = MessageStore(tmp_path / "master", CONFIG, hosts["master"])
     master.open()
     _write(master, batch_path=True)

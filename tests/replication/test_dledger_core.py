@@ -44,6 +44,23 @@ def test_an_old_term_entry_held_by_a_majority_is_not_committed_by_counting_alone
     assert [(c.proposal, c.code, c.index) for c in done] == [(7, Code.SUCCESS, 2)]
 
 
+def test_a_proposed_run_completes_as_far_as_the_commit_index_and_the_rest_waits_on():
+    log = log_of(3, 3, 3, 3, 3, 3)
+    q = QuorumAckChecker("a", PEERS, 3, wait_ack_timeout_s=1.0)
+    q.start_term(3, -1)
+    q.add(proposal=10, index=1, now=0.0, count=4)  # entries 1..4 in one run
+    q.add(proposal=14, index=5, now=0.5)
+    assert q.pending_count == 5
+    q.ack("a", 3, 5)
+    q.ack("b", 3, 2)
+    done = q.advance(log, 0.1)
+    assert [(c.proposal, c.index, c.count) for c in done] == [(10, 1, 2)] and q.pending_count == 3
+    assert [(c.proposal, c.index) for c in done[0].each()] == [(10, 1), (11, 2)]
+    timed_out = q.advance(log, 1.0)  # 12 and 13 were proposed at 0.0, 14 at 0.5
+    assert [(c.proposal, c.code, c.count) for c in timed_out] == [(12, Code.WAIT_QUORUM_ACK_TIMEOUT, 2)]
+    assert [(c.proposal, c.count) for c in q.fail_all(Code.TERM_CHANGED)] == [(14, 1)] and q.pending_count == 0
+
+
 def test_waiting_appends_time_out_and_end_with_the_term():
     log = log_of(3, 3, 3)
     q = QuorumAckChecker("a", PEERS, 3, wait_ack_timeout_s=1.0)
@@ -296,7 +313,7 @@ def test_sends_commit_and_the_old_leader_is_replaced_within_the_failover_budget(
     g.run(3.0)
     old = g.leader()
     proposals = old.propose([b"m1", b"m2"], g.now)
-    assert isinstance(proposals, list)
+    assert isinstance(proposals, range)
     g.flush(old)
     g.run(0.1)
     assert old.commit_index == 2

@@ -3,6 +3,7 @@ record offsets, segment padding, truncation, recovery of a torn tail, and the st
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,15 +11,15 @@ import pytest
 from formats import dledger
 from formats.record import MessageRecord, decode_record, encode_record
 from formats.segments import Damage, RecordAt, scan_log
-from replication.dledger.disk_log import (
-    DiskRaftLog,
+from replication.dledger.disk_log import DiskRaftLog
+from replication.dledger.raft_log import BodyRun, Entry, MemoryLog, PackedEntries
+from replication.dledger.raft_node import HardState
+from replication.dledger.state_files import (
     load_commit_checkpoint,
     load_hard_state,
     save_commit_checkpoint,
     save_hard_state,
 )
-from replication.dledger.raft_log import Entry, MemoryLog, PackedEntries
-from replication.dledger.raft_node import HardState
 
 SEGMENT = 4096
 
@@ -95,6 +96,33 @@ def test_records_carry_their_own_offset_and_segments_end_in_padding(tmp_path):
     body = log.entry(7).body
     assert decode_record(body).phys_offset != 0 and body != record(7)  # patched, otherwise the same
     log.close()
+
+
+def test_a_proposed_run_of_bodies_writes_the_files_entries_one_by_one_write(tmp_path):
+    # the leader's path (BodyRun: headers packed straight from the bodies) against the entry
+    # path, across segment ends, some records placed already and some patched
+    written = {}
+    for way in ("entries", "bodies"):
+        log = DiskRaftLog(tmp_path / way, SEGMENT)
+        log.open()
+        log.append(entries(0, 3, 1))
+        bodies = [record(i) for i in range(3, 43)]
+        placed = log.record_offsets([len(b) for b in bodies])
+        bodies[:20] = [bytes(encode_record(dataclasses.replace(decode_record(b), phys_offset=phys)))
+                       for b, phys in zip(bodies[:20], placed)]
+        log.append([Entry(3 + i, 2, b) for i, b in enumerate(bodies)] if way == "entries" else BodyRun(3, 2, bodies))
+        assert (log.last_index, log.last_term) == (42, 2) and log.write_pos > 3 * SEGMENT
+        log.sync()
+        log.close()
+        written[way] = {f"{p.parent.name}/{p.name}": p.read_bytes()
+                        for p in sorted((tmp_path / way).rglob("*")) if p.is_file() and p.parent.name != "dledger"}
+    assert len(written["bodies"]) > 3 and written["bodies"] == written["entries"]
+    run = BodyRun(7, 3, [b"a", b"b", b"c"])
+    assert list(run[1:]) == [Entry(8, 3, b"b"), Entry(9, 3, b"c")] and run[-1] == Entry(9, 3, b"c")
+    memory = MemoryLog()
+    memory.append(entries(0, 7, 1))
+    memory.append(run)
+    assert memory.entry(9) == Entry(9, 3, b"c")
 
 
 def test_reopen_keeps_the_log_and_a_truncation(tmp_path):

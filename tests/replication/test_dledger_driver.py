@@ -10,10 +10,10 @@ from pathlib import Path
 import trio
 
 from formats.record import MessageRecord, encode_record
-from replication.dledger.disk_log import load_commit_checkpoint
 from replication.dledger.driver import CHECKPOINT_INTERVAL_S, RaftDriver
 from replication.dledger.messages import Code
 from replication.dledger.raft_node import RaftSettings, Role
+from replication.dledger.state_files import load_commit_checkpoint
 from tests.conftest import free_port
 
 SEGMENT = 64 * 1024
