@@ -122,9 +122,15 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 
 def encode_frame(cmd: RemotingCommand) -> bytes:
     """The whole frame of ``cmd``."""
+    return b"".join(frame_parts(cmd))
+
+
+def frame_parts(cmd: RemotingCommand) -> tuple[bytes, bytes, bytes]:
+    """The frame of ``cmd`` as its length words, header and body, for a writer that appends
+    them to its buffer: a large body is then copied once, not again into a joined frame."""
     header = encode_header(cmd)
     word = (int(cmd.serialize_type) << 24) | len(header)
-    return _FRAME_HEAD.pack(4 + len(header) + len(cmd.body), word) + header + cmd.body
+    return _FRAME_HEAD.pack(4 + len(header) + len(cmd.body), word), header, cmd.body
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -244,6 +250,15 @@ class FrameDecoder:
         self._buf += data
         out: list[RemotingCommand | HeaderError] = []
         buf = self._buf
+        with memoryview(buf) as view:  # slices copied once (a bytearray slice is copied twice)
+            pos = self._frames(buf, view, out)
+        if pos:
+            del buf[:pos]
+        return out
+
+    def _frames(self, buf: bytearray, view: memoryview, out: list[RemotingCommand | HeaderError]) -> int:
+        """Decode the whole frames at the start of ``buf`` into ``out``; returns where the
+        first incomplete one begins."""
         pos = 0
         while len(buf) - pos >= 4:
             (length,) = _I32.unpack_from(buf, pos)
@@ -257,17 +272,15 @@ class FrameDecoder:
             if header_len > length - 4:
                 raise FrameError(f"header length {header_len} exceeds frame length {length}")
             start = pos + 8
-            header = bytes(buf[start : start + header_len])
+            header = view[start : start + header_len].tobytes()
             try:
                 cmd = decode_header(header, serialize_type)
             except HeaderError as exc:
                 out.append(exc)
             else:
-                cmd.body = bytes(buf[start + header_len : pos + 4 + length])
+                cmd.body = view[start + header_len : pos + 4 + length].tobytes()
                 if self.keep_frames:
-                    cmd.frame = bytes(buf[pos : pos + 4 + length])
+                    cmd.frame = view[pos : pos + 4 + length].tobytes()
                 out.append(cmd)
             pos += 4 + length
-        if pos:
-            del buf[:pos]
-        return out
+        return pos

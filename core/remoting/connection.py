@@ -32,7 +32,7 @@ from core.remoting.command import (
     FrameError,
     HeaderError,
     RemotingCommand,
-    encode_frame,
+    frame_parts,
 )
 from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
 from core.remoting.pending import (
@@ -372,7 +372,9 @@ class Connection:
     def _queue_frame(self, cmd: RemotingCommand) -> None:
         """Queue ``cmd`` for the writer without waiting for buffer room: for answers and relayed
         requests, which the peer's in-flight limits bound already."""
-        self._out += encode_frame(cmd)
+        out = self._out
+        for part in frame_parts(cmd):
+            out += part
         self._out_frames += 1
         if self._writer_lot:
             self._writer_lot.unpark()

@@ -87,14 +87,15 @@ class TransferParser:
         out = []
         buf = self._buf
         pos = 0
-        while len(buf) - pos >= HEADER_SIZE:
-            offset, size = _HEADER.unpack_from(buf, pos)
-            if offset < 0 or not 0 <= size <= self._batch_max:
-                raise ProtocolError(f"bad transfer header: offset {offset}, size {size}")
-            if len(buf) - pos - HEADER_SIZE < size:
-                break
-            start = pos + HEADER_SIZE
-            out.append(Transfer(offset, bytes(buf[start : start + size])))
-            pos = start + size
+        with memoryview(buf) as view:  # a batch copied once (a bytearray slice is copied twice)
+            while len(buf) - pos >= HEADER_SIZE:
+                offset, size = _HEADER.unpack_from(buf, pos)
+                if offset < 0 or not 0 <= size <= self._batch_max:
+                    raise ProtocolError(f"bad transfer header: offset {offset}, size {size}")
+                if len(buf) - pos - HEADER_SIZE < size:
+                    break
+                start = pos + HEADER_SIZE
+                out.append(Transfer(offset, view[start : start + size].tobytes()))
+                pos = start + size
         del buf[:pos]
         return out
