@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -115,7 +116,7 @@ class RecordBatch:
         """Each record's physical offset when the batch is stored from ``first_phys``."""
         return list(accumulate(self.sizes[:-1], initial=first_phys))
 
-    def encode(self, offsets: list[int], queue_offsets: range | list[int], store_timestamp: int) -> list[bytes]:
+    def encode(self, offsets: list[int], queue_offsets: Sequence[int], store_timestamp: int) -> list[bytes]:
         """The records' bytes as parts, five a record, to write back to back."""
         born, store = self._fixed
         f = self.fields
@@ -132,7 +133,7 @@ class RecordBatch:
                       body, pack_tail(topic_field, len(props) + extra), props, suffix)
         return parts
 
-    def records_bytes(self, offsets: list[int], queue_offsets: range | list[int],
+    def records_bytes(self, offsets: list[int], queue_offsets: Sequence[int],
                       store_timestamp: int) -> list[bytes]:
         """Each record's bytes on its own (a raft entry each)."""
         parts = self.encode(offsets, queue_offsets, store_timestamp)

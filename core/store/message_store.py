@@ -43,6 +43,7 @@ from core.store.dispatch import Appended, BatchAppended, DispatchBatch, Dispatch
 from core.store.group_commit import GroupCommit
 from core.store.key_index import KeyIndex, key_hash
 from core.store.log_dispatch import write_batch_entries
+from core.store.record_log import CommitLogWriter, KeptUnits, RecordLog
 from core.store.replica_log import ReplicaLog
 from core.store.store_reads import StoreReads
 from core.store.store_types import BatchPut, PutResult, RecoveryReport, StoreHooks, StoreStatistics
@@ -99,6 +100,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         self.plugins = plugins
         self.archive_dir = archive_dir or root.parent / "archive" / root.name
         self.commitlog = CommitLog(root / "commitlog", config.segment_size_bytes)
+        self.log: RecordLog = CommitLogWriter(self.commitlog, self._keep_for_dispatch)
         self.queues = ConsumeQueueTable(root / "consumequeue", config.cq_entries_per_file)
         self.index = KeyIndex(root / "index", config.index_slots, config.index_entries)
         self.reput_offset = 0
@@ -218,13 +220,13 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         reserved = self._reserve_index_entries(len(keys)) if keys else 0
         stamp = now_ms()
         try:
-            phys = self.commitlog.append(rec, prep, queue_offset, stamp)
+            (phys,) = self.log.write_records((rec,), (prep,), (queue_offset,), stamp)
         except BaseException:
             self.index.reserved -= reserved
             raise
         size = prep[0]
-        self._pending.append((rec, cq, phys, size, queue_offset, stamp, keys))
-        self._appended(cq, queue_offset, phys, stamp, 1)
+        self._written(cq, queue_offset, stamp)
+        self.log.keep([(rec, cq, phys, size, queue_offset, stamp, keys)], 1, phys)
         return PutResult(phys, queue_offset, size, stamp)
 
     def put_many(self, records: list[MessageRecord]) -> list[PutResult]:
@@ -238,46 +240,51 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         first = records[0]
         self._check_batch(records)
         preps = [prepare_record(rec) for rec in records]
-        if not self.commitlog.make_room(sum(prep[0] for prep in preps)):
+        if self.log.placements([prep[0] for prep in preps]) is None:
             return [self.put(rec) for rec in records]  # larger than a segment: one by one
         keys = [index_keys(rec.properties) for rec in records] if self._index_enabled else None
-        cq, queue_offset = self._claim_queue(first.topic, first.queue_id, first.sysflag, len(records))
-        if keys is not None:
-            self._reserve_index_entries(sum(map(len, keys)))
-        stamp = now_ms()
         count = len(records)
+        cq, queue_offset = self._claim_queue(first.topic, first.queue_id, first.sysflag, count)
+        reserved = self._reserve_index_entries(sum(map(len, keys))) if keys is not None else 0
+        stamp = now_ms()
         qos = range(queue_offset, queue_offset + count) if cq is not None else (0,) * count
-        offsets = self.commitlog.append_many(records, preps, qos, stamp)
-        self._pending.extend(zip(records, repeat(cq), offsets, (p[0] for p in preps), qos, repeat(stamp),
-                                 keys or repeat(None)))
-        results = [PutResult(phys, qo, prep[0], stamp) for phys, qo, prep in zip(offsets, qos, preps)]
-        last = results[-1]
-        self._appended(cq, last.queue_offset, last.phys_offset, stamp, count)
-        return results
+        try:
+            offsets = self.log.write_records(records, preps, qos, stamp)
+        except BaseException:
+            self.index.reserved -= reserved
+            raise
+        self._written(cq, qos[-1], stamp)
+        self.log.keep(list(zip(records, repeat(cq), offsets, (p[0] for p in preps), qos, repeat(stamp),
+                               keys or repeat(None))), count, offsets[-1])
+        return [PutResult(phys, qo, prep[0], stamp) for phys, qo, prep in zip(offsets, qos, preps)]
 
     def put_batch(self, batch: RecordBatch) -> BatchPut:
         """:meth:`put_many` for a batch request's records as one :class:`RecordBatch`: encoded
         and written in one copy, their queue and index entries written together at dispatch."""
         self._admit_batch(batch)
-        size = sum(batch.sizes)
         count = len(batch)
-        if not self.commitlog.make_room(size):  # larger than a segment: one by one
+        offsets = self.log.placements(batch.sizes)
+        if offsets is None:  # larger than a segment: one by one
             results = [self.put(batch.record(i, 0, 0, 0)) for i in range(count)]
             return BatchPut([r.phys_offset for r in results], results[0].queue_offset,
                             results[-1].phys_offset + results[-1].size, results[-1].store_timestamp)
         cq, queue_offset = self._claim_queue(batch.topic, batch.queue_id, batch.sysflag, count)
         uniq_keys = keys = None
+        reserved = 0
         if self._index_enabled:
             uniq_keys = batch.one_key_each()
             if uniq_keys is None:
                 keys = batch.index_keys()
-            self._reserve_index_entries(len(uniq_keys) if uniq_keys is not None else sum(map(len, keys or ())))
+            reserved = self._reserve_index_entries(len(uniq_keys) if uniq_keys is not None else sum(map(len, keys or ())))
         stamp = now_ms()
-        offsets = batch.offsets(self.commitlog.write_offset)
         queue_offsets = range(queue_offset, queue_offset + count) if cq is not None else [0] * count
-        self.commitlog.append_parts(batch.encode(offsets, queue_offsets, stamp), size)
-        self._pending.append(BatchAppended(batch, cq, offsets, queue_offset, stamp, uniq_keys, keys))
-        self._appended(cq, queue_offset + count - 1, offsets[-1], stamp, count)
+        try:
+            self.log.write_batch(batch, offsets, queue_offsets, stamp)
+        except BaseException:
+            self.index.reserved -= reserved
+            raise
+        self._written(cq, queue_offset + count - 1, stamp)
+        self.log.keep([BatchAppended(batch, cq, offsets, queue_offset, stamp, uniq_keys, keys)], count, offsets[-1])
         return BatchPut(offsets, queue_offset if cq is not None else 0, offsets[-1] + batch.sizes[-1], stamp)
 
     def _admit_batch(self, batch: RecordBatch) -> None:
@@ -319,13 +326,16 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
             self.index.reserve(count)
         return count
 
-    def _appended(self, cq: ConsumeQueue | None, last_queue_offset: int, last_phys: int, stamp: int,
-                  count: int) -> None:
-        """Bookkeeping after ``count`` records reached the CommitLog (and the pending list):
-        queue offsets, and the wake-ups of the dispatch and pre-fault tasks."""
+    def _written(self, cq: ConsumeQueue | None, last_queue_offset: int, stamp: int) -> None:
+        """Records reached the log: their queue offsets and store time are taken."""
         if cq is not None:
             cq.assigned = last_queue_offset + 1
         self._last_store_ts = stamp
+
+    def _keep_for_dispatch(self, units: KeptUnits, count: int, last_phys: int) -> None:
+        """The CommitLog's :meth:`RecordLog.keep`: onto the pending list, and wake the
+        dispatch, the HA service and the pre-fault task."""
+        self._pending.extend(units)
         self._log_grew.set()
         pending = self._pending_records = self._pending_records + count
         if pending == count:

@@ -28,20 +28,16 @@ retained message, as after retention.
 
 from __future__ import annotations
 
-import collections
 import logging
 import struct
 import time
-from collections.abc import Callable
-from itertools import repeat
 from pathlib import Path
 
 from core.config import StoreConfig
-from core.errors import ReadOnlyStoreError, StoreCorruptError
+from core.errors import StoreCorruptError
 from core.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from core.store.commitlog import LogRecovery
-from core.store.consume_queue import ConsumeQueue
-from core.store.dispatch import Appended, BatchAppended
+from core.store.dispatch import BatchAppended
 from core.store.mapped_file import MappedFile
 from core.store.message_store import (
     ABORT_FILE,
@@ -52,21 +48,18 @@ from core.store.message_store import (
     MessageStore,
     now_ms,
 )
-from core.store.store_types import BatchPut, PutResult, RecoveryReport, StoreHooks
+from core.store.store_types import RecoveryReport, StoreHooks
 from formats import dledger
-from formats.properties import index_keys
-from formats.record import MessageRecord, prepare_record, read_store_timestamp, write_record
-from formats.record_batch import RecordBatch
+from formats.record import read_store_timestamp
 from formats.segments import parse_segment_name
 from replication.dledger.disk_log import DiskRaftLog, sync_files
-from replication.dledger.messages import Code
+from replication.dledger.proposals import Proposer, RaftProposals
 from replication.dledger.retention import deletable_through
 from replication.dledger.state_files import load_commit_checkpoint, read_properties, write_properties
 
 log = logging.getLogger(__name__)
 
 _ENTRY_HEAD = struct.Struct(">iiqq")  # magic, size, raft index, term
-Proposer = Callable[[list[bytes]], "range | Code"]
 
 
 class DLedgerMessageStore(MessageStore):
@@ -77,20 +70,19 @@ class DLedgerMessageStore(MessageStore):
         self.state_dir = root / RAFT_STATE_DIR
         self.raft_log = DiskRaftLog(root, config.segment_size_bytes, data=self.commitlog.files)
         self.committed_index = -1
-        self._proposer: Proposer | None = None  # the raft node's propose: attach_proposer
-        # what this member proposed as leader, by (first raft index, term): dispatched from
-        # these fields at commit instead of decoding the records again (same index and term:
-        # same entry); a batch's entries as one
-        self._proposed: collections.deque[tuple[int, int, Appended | BatchAppended]] = collections.deque()
+        # puts are proposed to the raft node, and what this member proposed as leader is
+        # dispatched at commit from the fields kept (instead of decoding the records again)
+        self.proposals = RaftProposals(self.raft_log)
+        self.log = self.proposals
         self.set_read_only("no raft leader elected yet")
 
     def attach_proposer(self, propose: Proposer) -> None:
         """Appends go through ``propose`` (the raft member's: entries to its log and its
         followers, or a Code when it is not the leader). Until one is attached, appends are
         refused NOT_LEADER; the replication attaches its driver's once, at start."""
-        if self._proposer is not None:
+        if self.proposals.proposer is not None:
             raise RuntimeError("a proposer is attached already")
-        self._proposer = propose
+        self.proposals.proposer = propose
 
     # ---------------------------------------------------------------- opening
 
@@ -100,6 +92,7 @@ class DLedgerMessageStore(MessageStore):
         base = self._data_base()
         self.raft_log = DiskRaftLog(self.root, self.config.segment_size_bytes, data=self.commitlog.files, base=base)
         self.raft_log.on_reset = self._log_reset
+        self.proposals.raft_log = self.raft_log
         committed = load_commit_checkpoint(self.state_dir / "checkpoint")
         self.raft_log.open(committed)
         end = max(self.raft_log.write_pos, 0)
@@ -154,7 +147,7 @@ class DLedgerMessageStore(MessageStore):
         batch = self.dispatch_batch()
         seg_size = self.raft_log.segment_size
         head, header_size, normal = _ENTRY_HEAD.unpack_from, dledger.HEADER_SIZE, dledger.MAGIC_NORMAL
-        proposed = self._proposed
+        proposed = self.proposals.kept
         more = True
         while more:
             mf = files.find(reput)
@@ -206,68 +199,8 @@ class DLedgerMessageStore(MessageStore):
         offsets continue from the ConsumeQueues, and writes are taken."""
         for cq in self.queues.queues.values():
             cq.assigned = cq.max_offset
-        self._proposed.clear()
+        self.proposals.kept.clear()
         self.set_read_only(None)
-
-    def put(self, rec: MessageRecord) -> PutResult:
-        return self.put_many([rec])[0]
-
-    def put_many(self, records: list[MessageRecord]) -> list[PutResult]:
-        """Propose ``records`` (one topic, queue and sysflag) as raft entries, each encoded
-        once with its queue offset, store time and final physical offset."""
-        if self._refusal is not None:
-            self._refuse()
-        self._check_batch(records)
-        preps = [prepare_record(rec) for rec in records]
-        head = records[0]
-        cq, queue_offset = self._claim_queue(head.topic, head.queue_id, head.sysflag, len(records))
-        stamp = now_ms()
-        offsets = self.raft_log.record_offsets([prep[0] for prep in preps])
-        queue_offsets = [queue_offset + i if cq is not None else 0 for i in range(len(records))]
-        bodies = []
-        for rec, prep, phys, qo in zip(records, preps, offsets, queue_offsets):
-            buf = bytearray(prep[0])
-            write_record(buf, 0, rec, prep, qo, phys, stamp)
-            bodies.append(bytes(buf))
-        self._propose(bodies, cq, queue_offset + len(records), stamp)
-        raft_log = self.raft_log
-        first, term = raft_log.last_index - len(records) + 1, raft_log.last_term
-        keys = [index_keys(rec.properties) for rec in records] if self._index_enabled else repeat(None)
-        self._proposed.extend(
-            (first + i, term, (rec, cq, phys, prep[0], qo, stamp, k))
-            for i, (rec, prep, phys, qo, k) in enumerate(zip(records, preps, offsets, queue_offsets, keys)))
-        return [PutResult(phys, qo, prep[0], stamp) for phys, qo, prep in zip(offsets, queue_offsets, preps)]
-
-    def put_batch(self, batch: RecordBatch) -> BatchPut:
-        """A batch's records proposed as entries, one each (RocketMQ's DLedger does the same),
-        encoded from the batch with their final offsets; every member dispatches them at commit
-        from the log, a run at a time."""
-        self._admit_batch(batch)
-        count = len(batch)
-        cq, queue_offset = self._claim_queue(batch.topic, batch.queue_id, batch.sysflag, count)
-        stamp = now_ms()
-        offsets = self.raft_log.record_offsets(batch.sizes)
-        queue_offsets = range(queue_offset, queue_offset + count) if cq is not None else [0] * count
-        self._propose(batch.records_bytes(offsets, queue_offsets, stamp), cq, queue_offset + count, stamp)
-        uniq_keys = keys = None
-        if self._index_enabled:
-            uniq_keys = batch.one_key_each()
-            if uniq_keys is None:
-                keys = batch.index_keys()
-        self._proposed.append((self.raft_log.last_index - count + 1, self.raft_log.last_term,
-                               BatchAppended(batch, cq, offsets, queue_offset, stamp, uniq_keys, keys)))
-        return BatchPut(offsets, queue_offset if cq is not None else 0, offsets[-1] + batch.sizes[-1], stamp)
-
-    def _propose(self, bodies: list[bytes], cq: ConsumeQueue | None, next_queue_offset: int, stamp: int) -> None:
-        """Hand encoded records to the raft node; once it took them, their queue offsets and
-        store time are this store's (ReadOnlyStoreError when it is not leading)."""
-        proposer = self._proposer
-        outcome = Code.NOT_LEADER if proposer is None else proposer(bodies)
-        if isinstance(outcome, Code):
-            raise ReadOnlyStoreError(f"raft: {outcome.name} (this member cannot take writes now)")
-        if cq is not None:
-            cq.assigned = next_queue_offset
-        self._last_store_ts = stamp
 
     def entry_at_record(self, phys_offset: int) -> tuple[int, int]:
         """The raft index and term of the entry holding the record at ``phys_offset``."""
@@ -324,7 +257,7 @@ class DLedgerMessageStore(MessageStore):
         first data file that arrives."""
         self.queues.clear()
         self.index.clear()
-        self._proposed.clear()
+        self.proposals.kept.clear()
         self.reput_offset = 0
         stamp = now_ms()
         write_checkpoint(self.root / CHECKPOINT_FILE, Checkpoint(stamp, stamp, stamp, 0, 0))

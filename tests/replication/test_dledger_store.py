@@ -15,14 +15,18 @@ import trio
 from core.broker.replication import Replicated
 from core.config import BrokerNode, Config, ReplicationConfig, StoreConfig
 from core.errors import ReadOnlyStoreError, StoreError
+from core.broker.batch_send import record_batch
 from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
 from core.store.message_store import MessageStore, open_message_store
 from formats.dledger import HEADER_SIZE
+from formats.batch import BatchItem, encode_batch
 from formats.record import MessageRecord, prepare_record, write_record
+from formats.record_batch import BatchFields, RecordBatch
 from mqctl.nodes.port_holders import free_port  # a free port whose next one is free too (raft port)
 from plugins import plugin_host
-from replication.dledger.raft_log import Entry
+from replication.dledger.messages import Code
+from replication.dledger.raft_log import BodyRun, Entry
 from replication.dledger.seal import seal_group
 from replication.dledger.store import DLedgerMessageStore
 from replication.dledger.strategy import DLedgerReplication, follower_broker_id
@@ -224,6 +228,50 @@ async def test_a_leader_dispatches_what_it_proposed_only_while_the_log_still_hol
         store.put_many([msg(i) for i in range(8, 16, QUEUES)])
         assert store.dispatch_committed(3) == 2
         assert queue_bodies(store)[0] == [msg(0).body, msg(8).body, msg(12).body]
+
+
+def _batch(first: int, count: int) -> RecordBatch:
+    items = [BatchItem(msg(first + i).body, {"UNIQ_KEY": f"U{first + i:06d}"}) for i in range(count)]
+    batch = record_batch(BatchFields("Orders", 1, 0, 1_700_000_000_000, ("10.0.0.9", 40000), ("127.0.0.1", 10911), 0),
+                         "C1", encode_batch(items))
+    assert batch is not None
+    return batch
+
+
+async def test_a_refused_proposal_leaves_the_store_as_it_was_and_a_cut_batch_is_read_from_the_log(
+        tmp_path, small_store_config):
+    """The write path is the master's (MessageStore.put_batch) with the raft proposals as its
+    log: a proposal the raft node refuses takes no queue offset and no index room; a batch a
+    later leader cut short is dispatched from what the log holds."""
+    store = DLedgerMessageStore(tmp_path / "g-0", small_store_config)
+    refuse = True
+
+    def propose(bodies: list[bytes]) -> range | Code:
+        if refuse:
+            return Code.LEADER_PENDING_FULL
+        first = store.raft_log.last_index + 1
+        store.raft_log.append(BodyRun(first, 1, bodies))
+        return range(first, first + len(bodies))
+
+    async with open_message_store(store.root, store.config, store=store):
+        store.attach_proposer(propose)
+        store.start_leading()
+        with pytest.raises(ReadOnlyStoreError, match="LEADER_PENDING_FULL"):
+            store.put_batch(_batch(0, 5))
+        assert (store.index.reserved, store.raft_log.last_index, len(store.proposals.kept)) == (0, -1, 0)
+        refuse = False
+        store.put_batch(_batch(0, 5))  # entries 0..4, queue offsets 0..4
+        assert store.dispatch_committed(3) == 0  # a batch put is dispatched whole, once all of it commits
+        store.raft_log.truncate_after(2)  # deposed: a later leader kept entries 0..2 and wrote its own
+        other = msg(99)
+        prep = prepare_record(other)
+        other_bytes = bytearray(prep[0])
+        write_record(other_bytes, 0, other, prep, 0, store.raft_log.record_offsets([prep[0]])[0], 7)
+        store.raft_log.append([Entry(3, 2, bytes(other_bytes))])
+        assert store.dispatch_committed(3) == 4 and not store.proposals.kept
+        assert queue_bodies(store)[1] == [msg(i).body for i in range(3)]
+        assert queue_bodies(store)[3] == [other.body]
+        assert [store.query_by_key("Orders", f"U{i:06d}") != [] for i in range(5)] == [True] * 3 + [False] * 2
 
 
 async def test_a_sealed_raft_group_continues_as_master_and_slaves_and_can_go_back_to_raft(tmp_path, small_store_config):
