@@ -4,16 +4,14 @@ topic name validation."""
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from core.broker.persist import load_json, save_json
+from core.broker.change_journal import ChangeJournal
+from core.broker.persist import load_json
 from core.topic_names import (
     AUTO_CREATE_TOPIC,
     DLQ_PREFIX,
@@ -30,7 +28,6 @@ __all__ = ["AUTO_CREATE_TOPIC", "DLQ_PREFIX", "QUEUE_NUMS_MAX", "RETRY_PREFIX", 
 
 log = logging.getLogger(__name__)
 
-JOURNAL_LINES_MIN = 1024  # the table is rewritten after at least this many changes
 PERM_PRIORITY = 8
 PERM_READ = 4
 PERM_WRITE = 2
@@ -93,30 +90,23 @@ def topic_configs(table: object, source: str) -> dict[str, TopicConfig]:
 class TopicTable:
     """The broker's topics, with a data version bumped on every change.
 
-    On disk: ``topics.json`` (RocketMQ's TopicConfigSerializeWrapper) as of its last rewrite,
-    and ``topics.json.journal``, one JSON line per change since (``{"put": config}`` or
-    ``{"delete": name}``, fsynced before the change is answered). A change costs one line, not a
-    rewrite of the table; the table is rewritten (and the journal emptied) once the journal holds
-    as many lines as the table has topics, at least JOURNAL_LINES_MIN, and on :meth:`save`.
-    Replaying the journal over a newer table gives that table again (each line sets or removes
-    one topic, in order), so a crash between the rewrite and the journal's removal loses nothing.
-    """
+    On disk: ``topics.json`` (RocketMQ's TopicConfigSerializeWrapper) and its journal of
+    changes (:mod:`core.broker.change_journal`), rewritten whole on :meth:`save`."""
 
     def __init__(self, path: Path, *, auto_create: bool, default_queue_nums: int) -> None:
         self.path = path
-        self.journal_path = path.with_name(path.name + ".journal")
+        self.journal = ChangeJournal(path)
         self.auto_create = auto_create
         self.default_queue_nums = default_queue_nums
         self.topics: dict[str, TopicConfig] = {}
         self.version = {"counter": 0, "timestamp": int(time.time() * 1000)}
-        self._journal_lines = 0
         # what changed since the last registration: topic -> deleted (core/broker/registration.py)
         self.unregistered: dict[str, bool] = {}
         doc = load_json(path)
         if doc:
             self.topics = topic_configs(doc.get("topicConfigTable"), str(path))
             self.version = doc.get("dataVersion", self.version)
-        self._replay_journal()
+        self.journal.replay(self._apply)
         if auto_create:
             self.topics.setdefault(AUTO_CREATE_TOPIC, TopicConfig(
                 AUTO_CREATE_TOPIC, default_queue_nums, default_queue_nums, PERM_INHERIT | PERM_READ | PERM_WRITE))
@@ -186,42 +176,20 @@ class TopicTable:
     def _changed(self, name: str, line: dict[str, Any]) -> None:
         self.version = {"counter": int(self.version.get("counter", 0)) + 1, "timestamp": int(time.time() * 1000)}
         self.unregistered[name] = "delete" in line or self.unregistered.get(name, False)
-        if self._journal_lines + 1 >= max(JOURNAL_LINES_MIN, len(self.topics)):
-            self.save()
-            return
-        if self._journal_lines == 0:
-            self.journal_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.journal_path, "ab") as fh:
-            fh.write(orjson.dumps({**line, "dataVersion": self.version}) + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        self._journal_lines += 1
+        self.journal.record({**line, "dataVersion": self.version}, len(self.topics), self.wrapper)
 
-    def _replay_journal(self) -> None:
-        try:
-            raw = self.journal_path.read_bytes()
-        except FileNotFoundError:
-            return
-        lines = raw.splitlines()
-        for number, text in enumerate(lines, 1):
-            try:
-                line = orjson.loads(text)
-                if "put" in line:
-                    config = TopicConfig.from_json(line["put"])
-                    self.topics[config.name] = config
-                else:
-                    self.topics.pop(str(line["delete"]), None)
-                self.version = line.get("dataVersion") or self.version
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                # a torn last line (a crash while it was written): its change was never answered
-                log.warning("%s line %d unreadable, ignored: %s", self.journal_path, number, exc)
-        self._journal_lines = len(lines)
+    def _apply(self, line: dict[str, Any]) -> None:
+        """One journal line: a topic set or removed."""
+        if "put" in line:
+            config = TopicConfig.from_json(line["put"])
+            self.topics[config.name] = config
+        else:
+            self.topics.pop(str(line["delete"]), None)
+        self.version = line.get("dataVersion") or self.version
 
     def save(self) -> None:
         """Rewrite ``topics.json`` whole; the journal is then empty."""
-        save_json(self.path, self.wrapper())
-        self.journal_path.unlink(missing_ok=True)
-        self._journal_lines = 0
+        self.journal.rewrite(self.wrapper())
 
     def wrapper(self, names: Iterable[str] | None = None) -> dict[str, Any]:
         """TopicConfigSerializeWrapper, as registered with the name servers (``names``: only those)."""

@@ -53,6 +53,12 @@ def _to_every_member(config: Config, make: RemotingCommand) -> list[dict[str, An
 
 
 @group_app.command("set")
+def group_request(group: str, orderly: bool = False) -> RemotingCommand:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP for ``group`` (bench topics sends the same)."""
+    body = orjson.dumps({"groupName": group, "consumeMessageOrderly": orderly, "consumeEnable": True})
+    return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+
+
 def set_group(
     ctx: typer.Context,
     group: Annotated[str, typer.Argument(help="Consumer group.")],
@@ -64,8 +70,7 @@ def set_group(
     if problem := group_problem(group):
         raise CliError(f"group {group!r}: {problem}")
     config = load(ctx)
-    body = orjson.dumps({"groupName": group, "consumeMessageOrderly": orderly, "consumeEnable": True})
-    rows = _to_every_member(config, RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body))
+    rows = _to_every_member(config, group_request(group, orderly))
     print_rows(rows, ("broker", "id", "address", "result"), as_json=as_json)
     if not any(r["result"] == "ok" for r in rows):
         raise CliError(f"no broker took group {group}")

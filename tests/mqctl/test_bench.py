@@ -174,10 +174,12 @@ def test_bench_metrics_compares_metrics_off_with_on_and_scraped(tmp_path, subpro
 
 def test_bench_topics_creates_every_topic_and_measures_each_step(tmp_path, subprocess_env):
     done = subprocess.run([sys.executable, "-m", "mqctl", "bench", "topics", "--topics", "300", "--step", "100",
-                           "--json"], capture_output=True, text=True, env=subprocess_env, cwd=tmp_path, timeout=300)
+                           "--groups", "150", "--json"], capture_output=True, text=True, env=subprocess_env,
+                          cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert [s["topics"] for s in result["steps"]] == [100, 200, 300]
-    assert all(s["creates_per_s"] > 0 and s["master_ms_per_create"] >= 0 for s in result["steps"])
+    assert [s["groups"] for s in result["group_steps"]] == [100, 150]
+    assert all(s["creates_per_s"] > 0 and s["master_ms_per_create"] >= 0 for s in result["steps"] + result["group_steps"])
     assert 0 < result["route_lookup_ms"]["p50"] <= result["route_lookup_ms"]["p99"]  # every sampled topic routed
     assert result["broker_restart_s"] > 0 and result["rss_mib"]["master"] > 0

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import trio
 
+from core.broker.batch_send import record_batch
 from core.broker.replication import Replicated
 from core.config import BrokerNode, Config, ReplicationConfig, StoreConfig
 from core.errors import ReadOnlyStoreError, StoreError
-from core.broker.batch_send import record_batch
 from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
 from core.store.message_store import MessageStore, open_message_store
-from formats.dledger import HEADER_SIZE
 from formats.batch import BatchItem, encode_batch
+from formats.dledger import HEADER_SIZE
 from formats.record import MessageRecord, prepare_record, write_record
 from formats.record_batch import BatchFields, RecordBatch
 from mqctl.nodes.port_holders import free_port  # a free port whose next one is free too (raft port)
