@@ -14,6 +14,11 @@ V2_NAMES = {
     "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName",
 }
 
+# GET_ALL_TOPIC_CONFIG between our slave and master: the data version the slave holds, and the
+# master's answer when that is its own (no body). Stock callers send neither.
+KNOWN_DATA_VERSION = "knownDataVersion"
+UNCHANGED = "unchanged"
+
 
 class HeaderFieldError(ValueError):
     """A required header field is missing or malformed."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
+from core.broker.headers import KNOWN_DATA_VERSION, UNCHANGED
 from core.errors import RemotingError
 from core.remoting.client import RemotingClient
 from core.remoting.codes import RequestCode, ResponseCode
@@ -23,8 +24,12 @@ log = logging.getLogger(__name__)
 SYNC_TIMEOUT_S = 3.0
 
 
-async def _fetch(client: RemotingClient, master: str, code: int) -> dict[str, Any] | None:
-    resp = await client.invoke(master, RemotingCommand(code=code), SYNC_TIMEOUT_S)
+async def _fetch(client: RemotingClient, master: str, code: int,
+                 fields: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The master's answer to ``code``, or None (also when it says nothing changed)."""
+    resp = await client.invoke(master, RemotingCommand(code=code, ext_fields=fields or {}), SYNC_TIMEOUT_S)
+    if resp.code == ResponseCode.SUCCESS and resp.ext_fields.get(UNCHANGED) == "true":
+        return None
     if resp.code != ResponseCode.SUCCESS or not resp.body:
         log.warning("master %s answered %d to request %d: %s", master, resp.code, code, resp.remark)
         return None
@@ -34,7 +39,8 @@ async def _fetch(client: RemotingClient, master: str, code: int) -> dict[str, An
 
 async def sync_from_master(broker: Broker, client: RemotingClient, master: str) -> None:
     """Copy the master's topics and consumer offsets once."""
-    topics = await _fetch(client, master, RequestCode.GET_ALL_TOPIC_CONFIG)
+    topics = await _fetch(client, master, RequestCode.GET_ALL_TOPIC_CONFIG,
+                          {KNOWN_DATA_VERSION: broker.topics.version_tag()})
     if topics is not None and broker.topics.replace_from(topics):
         broker.topics_changed()
     offsets = await _fetch(client, master, RequestCode.GET_ALL_CONSUMER_OFFSET)

@@ -34,6 +34,11 @@ PERM_WRITE = 2
 PERM_INHERIT = 1
 
 
+def version_tag(data_version: dict[str, Any]) -> str:
+    """A topic table's dataVersion as one string, as a slave names the table it holds."""
+    return f"{data_version.get('counter', 0)}@{data_version.get('timestamp', 0)}"
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     name: str
@@ -159,10 +164,10 @@ class TopicTable:
     def replace_from(self, wrapper: dict[str, Any]) -> bool:
         """Take a master's whole table (a slave's periodic copy); True when it changed."""
         topics = topic_configs(wrapper.get("topicConfigTable"), "the master's topic table")
+        self.version = wrapper.get("dataVersion") or self.version  # the slave holds this version now
         if topics == self.topics:
             return False
         self.topics = topics
-        self.version = wrapper.get("dataVersion") or self.version
         self.unregistered.update(dict.fromkeys(topics, True))  # a whole new table: register it whole
         self.save()
         return True
@@ -196,6 +201,10 @@ class TopicTable:
         chosen = sorted(self.topics.items()) if names is None else \
             sorted((n, self.topics[n]) for n in names if n in self.topics)
         return {"dataVersion": self.version, "topicConfigTable": {name: cfg.to_json() for name, cfg in chosen}}
+
+    def version_tag(self) -> str:
+        """The data version as one string (counter and time: equal tags, equal tables)."""
+        return version_tag(self.version)
 
     def with_queues(self, config: TopicConfig, read: int, write: int, perm: int) -> TopicConfig:
         return replace(config, read_queue_nums=read, write_queue_nums=write, perm=perm)
