@@ -24,8 +24,8 @@ from formats.tags import tags_code
 TAGS_PAIR = b"\x02TAGS\x01"
 KEYS_PAIR = b"\x02KEYS\x01"
 UNIQ_KEY_PAIR = b"\x02UNIQ_KEY\x01"
-_UNIQ_KEY_NAME = UNIQ_KEY_PAIR[1:]
 _UNIQ_VALUES = re.compile(b"\x02UNIQ_KEY\x01([^\x02]*)")
+_TAGS_VALUES = re.compile(b"\x02TAGS\x01([^\x02]*)")
 
 
 def run_text(texts: Sequence[bytes]) -> bytes | None:
@@ -44,21 +44,30 @@ def tags_codes(texts: Sequence[bytes], text: bytes) -> list[int] | None:
     """Each record's ConsumeQueue tagsCode; ``None`` when no record has a tag (all 0)."""
     if TAGS_PAIR not in text:
         return None
-    return [tags_code(value(t, TAGS_PAIR)) for t in texts]
+    tags = _each_once(texts, text, TAGS_PAIR, _TAGS_VALUES)
+    if tags is None:
+        return [tags_code(value(t, TAGS_PAIR)) for t in texts]
+    codes = {tag: tags_code(tag.decode()) for tag in set(tags)}  # a batch's records mostly share a tag
+    return [codes[tag] for tag in tags]
 
 
 def one_key_each(texts: Sequence[bytes], text: bytes) -> list[bytes] | None:
     """Each record's only index key, when every record has a UNIQ_KEY and none has KEYS (what
-    producers send); else ``None`` (:func:`index_keys` then). When each text holds the name
-    once and the run text holds as many pair starts of it, the values found in order are the
-    records' own."""
+    producers send); else ``None`` (:func:`index_keys` then)."""
     if KEYS_PAIR in text:
         return None
+    values = _each_once(texts, text, UNIQ_KEY_PAIR, _UNIQ_VALUES)
+    return values if values is not None and b"" not in values else None
+
+
+def _each_once(texts: Sequence[bytes], text: bytes, pair: bytes, values: re.Pattern[bytes]) -> list[bytes] | None:
+    """Each record's value of ``pair``, when every record names it exactly once; else None.
+    When each text holds the name once and the run text holds as many pair starts of it, the
+    values found in order are the records' own."""
     count = len(texts)
-    if text.count(UNIQ_KEY_PAIR) != count or list(map(bytes.count, texts, repeat(_UNIQ_KEY_NAME))).count(1) != count:
+    if text.count(pair) != count or list(map(bytes.count, texts, repeat(pair[1:]))).count(1) != count:
         return None
-    values = _UNIQ_VALUES.findall(text)
-    return values if b"" not in values else None
+    return values.findall(text)
 
 
 def index_keys(texts: Sequence[bytes], text: bytes) -> list[list[bytes]]:
