@@ -96,14 +96,20 @@ def body_intact(buf: bytes | WritableBytes, pos: int, header: DLedgerHeader) -> 
 
 def decode_header(buf: bytes | WritableBytes, pos: int = 0) -> DLedgerHeader:
     """The header at ``pos``; raises :class:`FormatError` when it is not a consistent entry."""
+    return DLedgerHeader(*header_fields(buf, pos))
+
+
+def header_fields(buf: bytes | WritableBytes, pos: int = 0) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """:func:`decode_header` as a plain tuple (a reader walking many entries)."""
     if len(buf) - pos < HEADER_SIZE:
         raise FormatError(f"truncated DLedger header at {pos}")
-    header = DLedgerHeader(*_HEADER.unpack_from(buf, pos))
-    if header.magic not in ENTRY_MAGICS:
-        raise FormatError(f"bad DLedger magic {header.magic} at {pos}")
-    if header.size != HEADER_SIZE + header.body_len or header.body_len < 0:
-        raise FormatError(f"DLedger entry at {pos}: size {header.size} != 48 + {header.body_len}")
-    return header
+    fields = _HEADER.unpack_from(buf, pos)
+    magic, size, body_len = fields[0], fields[1], fields[8]
+    if magic not in ENTRY_MAGICS:
+        raise FormatError(f"bad DLedger magic {magic} at {pos}")
+    if size != HEADER_SIZE + body_len or body_len < 0:
+        raise FormatError(f"DLedger entry at {pos}: size {size} != 48 + {body_len}")
+    return fields
 
 
 def encode_padding(remaining: int) -> bytes:

@@ -278,8 +278,8 @@ class DiskRaftLog:
         if self._placed(self.write_pos, heads[0][1]) != at or at % self.segment_size + len(run.raw) > self.segment_size:
             return False
         self._pad(self.write_pos, at)
-        index = run.first_index
-        index_parts = [dledger.encode_index_fields(magic, at + start, size, index + i, term)
+        index, pack_index = run.first_index, dledger.INDEX_STRUCT.pack
+        index_parts = [pack_index(magic, at + start, size, index + i, term)
                        for i, (start, size, term, magic) in enumerate(heads)]
         self._write_chunk(at, [run.raw], index_parts, at + len(run.raw), run.last_index, heads[-1][2])
         return True

@@ -65,23 +65,24 @@ class PackedEntries(Sequence[Entry]):
         magics: list[int] = []
         first = -1
         contiguous = True
-        pos = 0
+        pos, end = 0, len(raw)
         next_pos = None
-        while pos < len(raw):
-            head = dledger.decode_header(raw, pos)  # FormatError is a ValueError
-            if pos + head.size > len(raw):
-                raise ValueError(f"entry {head.raft_index} runs past the end of the run")
+        fields = dledger.header_fields
+        while pos < end:
+            magic, size, index, term, placed, *_ = fields(raw, pos)  # FormatError is a ValueError
+            if pos + size > end:
+                raise ValueError(f"entry {index} runs past the end of the run")
             if not starts:
-                first = head.raft_index
-            elif head.raft_index != first + len(starts):
-                raise ValueError(f"entry {head.raft_index} does not follow entry {first + len(starts) - 1}")
-            if next_pos is not None and head.pos != next_pos:
+                first = index
+            elif index != first + len(starts):
+                raise ValueError(f"entry {index} does not follow entry {first + len(starts) - 1}")
+            if next_pos is not None and placed != next_pos:
                 contiguous = False
-            next_pos = head.pos + head.size
+            next_pos = placed + size
             starts.append(pos)
-            terms.append(head.term)
-            magics.append(head.magic)
-            pos += head.size
+            terms.append(term)
+            magics.append(magic)
+            pos += size
         return cls(raw, first, starts, terms, magics, contiguous)
 
     def __len__(self) -> int:
