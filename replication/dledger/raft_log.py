@@ -95,9 +95,7 @@ class PackedEntries(Sequence[Entry]):
 
     def __getitem__(self, i: int | slice) -> Entry | PackedEntries:
         if isinstance(i, slice):
-            lo, hi, step = i.indices(len(self._starts))
-            if step != 1:
-                raise ValueError("a run of entries is sliced without a step")
+            lo, hi = _span(i, len(self._starts))
             if lo >= hi:
                 return PackedEntries(b"", -1, [], [], [], True)
             end = self._starts[hi] if hi < len(self._starts) else len(self.raw)
@@ -105,11 +103,7 @@ class PackedEntries(Sequence[Entry]):
             view = memoryview(self.raw)[base:end]
             return PackedEntries(view, self.first_index + lo, [s - base for s in self._starts[lo:hi]],
                                  self._terms[lo:hi], self._magics[lo:hi], self.contiguous)
-        n = len(self._starts)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(i)
+        i = _position(i, len(self._starts))
         head = dledger.decode_header(self.raw, self._starts[i])
         at = self._starts[i] + dledger.HEADER_SIZE
         return Entry(head.raft_index, head.term, bytes(self.raw[at: at + head.body_len]), head.magic)
@@ -172,15 +166,9 @@ class BodyRun(Sequence[Entry]):
 
     def __getitem__(self, i: int | slice) -> Entry | BodyRun:
         if isinstance(i, slice):
-            lo, hi, step = i.indices(len(self.bodies))
-            if step != 1:
-                raise ValueError("a run of entries is sliced without a step")
+            lo, hi = _span(i, len(self.bodies))
             return BodyRun(self.first_index + lo, self.term, self.bodies[lo:hi])
-        n = len(self.bodies)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(i)
+        i = _position(i, len(self.bodies))
         return Entry(self.first_index + i, self.term, self.bodies[i])
 
     def __iter__(self) -> Iterator[Entry]:
@@ -189,6 +177,22 @@ class BodyRun(Sequence[Entry]):
 
     def __repr__(self) -> str:
         return f"BodyRun({self.first_index}..{self.first_index + len(self.bodies) - 1}, term {self.term})"
+
+
+def _span(s: slice, n: int) -> tuple[int, int]:
+    """A slice of a run of ``n`` entries as (lo, hi): runs are sliced without a step."""
+    lo, hi, step = s.indices(n)
+    if step != 1:
+        raise ValueError("a run of entries is sliced without a step")
+    return lo, hi
+
+
+def _position(i: int, n: int) -> int:
+    """Index ``i`` of a run of ``n`` entries, counted from the start."""
+    at = i + n if i < 0 else i
+    if not 0 <= at < n:
+        raise IndexError(i)
+    return at
 
 
 def body_bytes(entries: Sequence[Entry]) -> int:
