@@ -200,6 +200,7 @@ class DLedgerMessageStore(MessageStore):
         for cq in self.queues.queues.values():
             cq.assigned = cq.max_offset
         self.proposals.kept.clear()
+        self.index.reserved = 0  # what an earlier term's lost proposals reserved is not coming
         self.set_read_only(None)
 
     def entry_at_record(self, phys_offset: int) -> tuple[int, int]:
