@@ -52,13 +52,13 @@ def _to_every_member(config: Config, make: RemotingCommand) -> list[dict[str, An
     return rows
 
 
-@group_app.command("set")
 def group_request(group: str, orderly: bool = False) -> RemotingCommand:
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP for ``group`` (bench topics sends the same)."""
     body = orjson.dumps({"groupName": group, "consumeMessageOrderly": orderly, "consumeEnable": True})
     return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
 
 
+@group_app.command("set")
 def set_group(
     ctx: typer.Context,
     group: Annotated[str, typer.Argument(help="Consumer group.")],
