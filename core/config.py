@@ -121,6 +121,7 @@ class ReplicationConfig:
 class ClusterConfig:
     name: str = "DefaultCluster"
     data_dir: str = "data"
+    lab: int = -1  # >= 0: every node a host of that network-namespace lab (mqctl/hosts/placement.py)
 
 
 @dataclass(frozen=True, slots=True)

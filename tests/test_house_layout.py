@@ -25,12 +25,12 @@ ROOM_MAY_IMPORT = {
     "spark": {"formats"},
     "mqctl": {"plugins", "replication", "core", "formats", "spark"},
 }
-# mqctl's sub-packages: common <- nodes <- admin, top <- analyze, dump <- bench, chaos; hosts
-# (network-namespace labs) stands alone below them
+# mqctl's sub-packages: hosts (network-namespace labs) <- common <- nodes <- admin, top <- analyze,
+# dump <- bench, chaos
 MQCTL_MAY_IMPORT = {
-    "common": set(),
+    "common": {"hosts"},
     "hosts": set(),
-    "nodes": {"common"},
+    "nodes": {"common", "hosts"},
     "admin": {"common", "nodes"},
     "top": {"common", "nodes"},
     "analyze": {"common"},

@@ -10,6 +10,8 @@ from core.config import Config, load_config
 from core.errors import ConfigError
 from core.remoting.signing import acl_credentials, use_credentials
 from mqctl.common.errors import CliError
+from mqctl.hosts import placement
+from mqctl.hosts.lab import LabError
 
 
 def config_path(ctx: typer.Context) -> Path:
@@ -25,6 +27,10 @@ def load(ctx: typer.Context) -> Config:
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     use_credentials(acl_credentials(config))
+    try:
+        placement.run_on_client_host(config, make=ctx.command.name in ("start", "restart"))
+    except LabError as exc:
+        raise CliError(str(exc)) from None
     return config
 
 

@@ -91,8 +91,9 @@ class Lab:
         """``argv`` run on ``host`` (inside its namespace)."""
         return ["ip", "netns", "exec", self.host(host).namespace, *argv]
 
-    def add_host(self, name: str) -> Host:
-        """A new host on the switch: its namespace, loopback, veth pair and address."""
+    def add_host(self, name: str, octet: int | None = None) -> Host:
+        """A new host on the switch: its namespace, loopback, veth pair and address
+        (10.231.<lab>.<octet>; the next one from 10 when not given)."""
         if not _HOST_NAME.fullmatch(name):
             raise LabError(f"host name {name!r}: letters, digits, '.', '_' and '-', at most 32")
         if name in self.hosts:
@@ -100,8 +101,10 @@ class Lab:
         n = len(self.hosts)
         if n >= HOSTS_MAX:
             raise LabError(f"a lab holds {HOSTS_MAX} hosts at most")
-        host = Host(name, f"{PREFIX}{self.number}-{name}", f"{SUBNET}.{self.number}.{FIRST_HOST_OCTET + n}",
-                    f"mq{self.number}h{n}")
+        octet = FIRST_HOST_OCTET + n if octet is None else octet
+        if not 2 <= octet <= 254 or any(h.address == f"{SUBNET}.{self.number}.{octet}" for h in self.hosts.values()):
+            raise LabError(f"host {name!r}: address {SUBNET}.{self.number}.{octet} is not free in lab {self.number}")
+        host = Host(name, f"{PREFIX}{self.number}-{name}", f"{SUBNET}.{self.number}.{octet}", f"mq{self.number}h{n}")
         port = f"mq{self.number}s{n}"
         run_ip("netns", "add", host.namespace)
         self.hosts[name] = host  # from here on destroy() removes it
@@ -129,20 +132,26 @@ class Lab:
         self.destroy()
 
 
-def create_lab(names: list[str]) -> Lab:
-    """A lab with a host for each of ``names``, on the lowest free lab number. A number is
-    taken by creating its owner file (``OWNER_DIR/<N>.pid``, exclusively), then its switch
-    namespace: parallel makers never share one."""
+def create_lab(names: list[str], number: int | None = None, owner: str | None = None) -> Lab:
+    """A lab with a host for each of ``names``, on lab ``number`` (LabError when it is taken)
+    or the lowest free one. A number is taken by creating its owner file (``OWNER_DIR/<N>.pid``,
+    exclusively), then its switch namespace: parallel makers never share one. The owner file
+    holds this process's pid (the lab goes with it: :func:`remove_leftovers`), or ``owner``
+    (a config's path: the lab outlives the process that made it)."""
     remove_leftovers()
     Path(OWNER_DIR).mkdir(parents=True, exist_ok=True)
-    for number in range(LABS_MAX):
-        lab = Lab(number)
-        if not _claim(number):
+    for n in range(LABS_MAX) if number is None else [number]:
+        lab = Lab(n)
+        if not _claim(n, owner):
+            if number is not None:
+                raise LabError(f"lab {number} is taken (its owner: {_owner_file(number).read_text().strip()!r})")
             continue  # another live lab's
         try:
             run_ip("netns", "add", lab.switch)
         except LabError:
-            _owner_file(number).unlink(missing_ok=True)
+            _owner_file(n).unlink(missing_ok=True)
+            if number is not None:
+                raise
             continue  # a name this machine uses otherwise
         try:
             run_ip("-n", lab.switch, "link", "add", "br0", "type", "bridge")
@@ -156,6 +165,23 @@ def create_lab(names: list[str]) -> Lab:
     raise LabError(f"no free lab number below {LABS_MAX}")
 
 
+def open_lab(number: int) -> Lab | None:
+    """Lab ``number`` as it stands (made by another process), or None when it is not up."""
+    listed = run_ip("netns", "list")
+    names = [line.split()[0] for line in listed.splitlines() if line.strip()]
+    lab = Lab(number)
+    if lab.switch not in names:
+        return None
+    for name in names:
+        if name.startswith(f"{PREFIX}{number}-") and name != lab.switch:
+            host = name[len(f"{PREFIX}{number}-"):]
+            addrs = run_ip("-n", name, "-o", "-4", "addr", "show")
+            match = re.search(rf"(\S+)\s+inet ({re.escape(SUBNET)}\.{number}\.\d+)/", addrs)
+            if match:
+                lab.hosts[host] = Host(host, name, match.group(2), match.group(1).split("@")[0])
+    return lab
+
+
 def remove_leftovers() -> list[int]:
     """Delete the labs whose maker is gone (killed before it could destroy them); their numbers."""
     removed = []
@@ -166,10 +192,12 @@ def remove_leftovers() -> list[int]:
     numbers |= {int(p.stem) for p in owners if p.stem.isdigit()}
     for number in sorted(numbers):
         try:
-            owner = int(_owner_file(number).read_text())
-        except (FileNotFoundError, ValueError):
-            owner = None  # namespaces without an owner: a maker that died (the file goes last)
-        if owner is not None and _alive(owner):
+            text = _owner_file(number).read_text().strip()
+        except FileNotFoundError:
+            text = ""  # namespaces without an owner: a maker that died (the file goes last)
+        if text and not text.isdigit():
+            continue  # a config's lab: it lives until `mqctl stop`
+        if text and _alive(int(text)):
             continue
         for name in names:
             if name.startswith(f"{PREFIX}{number}-"):
@@ -179,11 +207,12 @@ def remove_leftovers() -> list[int]:
     return removed
 
 
-def _claim(number: int) -> bool:
-    """Take lab ``number``: its owner file appears whole, holding this process's pid, or not
-    at all (written aside, then linked into place, which fails when the file exists)."""
+def _claim(number: int, owner: str | None = None) -> bool:
+    """Take lab ``number``: its owner file appears whole, holding this process's pid (or
+    ``owner``), or not at all (written aside, then linked into place, which fails when the
+    file exists)."""
     aside = Path(OWNER_DIR) / f".{number}.{os.getpid()}"
-    aside.write_text(str(os.getpid()))
+    aside.write_text(owner or str(os.getpid()))
     try:
         os.link(aside, _owner_file(number))
     except FileExistsError:

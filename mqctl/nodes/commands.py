@@ -20,6 +20,7 @@ from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput
 from mqctl.common.output import print_rows
 from mqctl.common.progress import progress_bar
+from mqctl.hosts.placement import lab_number, stop_lab
 from mqctl.nodes import replication_view, rolling
 from mqctl.nodes.leadership import group_infos, leader_of
 from mqctl.nodes.port_holders import held_port, listener_of
@@ -88,7 +89,8 @@ def start_nodes(config: Config, specs: list[NodeSpec], deadline: float) -> list[
     stopped again."""
     rows: list[dict[str, object]] = []
     running = {s.name: pid for s in specs if (pid := running_pid(config, s.name)) is not None}
-    check_ports_free(config, [s for s in specs if s.name not in running])
+    if lab_number(config) is None:  # a lab's hosts are namespaces of their own: nothing holds their ports
+        check_ports_free(config, [s for s in specs if s.name not in running])
     spawned: list[NodeSpec] = []
     try:
         for kind in ("nameserver", "broker", "proxy"):
@@ -147,6 +149,8 @@ def stop_cmd(ctx: typer.Context, nodes: NodeNames = None,
     rows = []
     for spec in reversed(nodes_of(config, nodes)):
         rows.append({"node": spec.name, "state": stop(config, spec, force=force, timeout_s=timeout)})
+    if not nodes and lab_number(config) is not None and stop_lab(config):
+        rows.append({"node": f"lab {lab_number(config)}", "state": "deleted"})
     print_rows(rows, ("node", "state"), as_json=as_json)
 
 

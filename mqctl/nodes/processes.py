@@ -17,6 +17,7 @@ from pathlib import Path
 
 from core.config import Config
 from mqctl.common.errors import CliError
+from mqctl.hosts.placement import node_argv
 
 NODE_MODULE = "mqctl.nodes.node"
 START_TIMEOUT_S = 30.0
@@ -108,7 +109,8 @@ def spawn(config: Config, spec: NodeSpec) -> int:
     run_dir(config).mkdir(parents=True, exist_ok=True)
     with open(logs, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", NODE_MODULE, "--config", str(config.source), "--node", spec.name],
+            node_argv(config, spec.name, [sys.executable, "-m", NODE_MODULE, "--config", str(config.source),
+                                          "--node", spec.name]),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             cwd=config.source.parent,
         )
