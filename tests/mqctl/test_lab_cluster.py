@@ -18,7 +18,7 @@ WHY_NOT = unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab on this machine: {WHY_NOT}")
 
 
-def _free_lab_number() -> int:
+def free_lab_number() -> int:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     taken = {p.stem for p in Path(OWNER_DIR).glob("*.pid")} if Path(OWNER_DIR).is_dir() else set()
     for number in range(150, 200):  # above the numbers test labs take first
@@ -32,7 +32,7 @@ def _netns_inode(path: str) -> int:
 
 
 def test_a_sync_pair_in_a_lab_replicates_over_the_bridge_and_stop_deletes_the_lab(tmp_path, subprocess_env):
-    number = _free_lab_number()
+    number = free_lab_number()
     conf = tmp_path / "conf.toml"
     conf.write_text(f"""[cluster]
 name = "LabCluster"
