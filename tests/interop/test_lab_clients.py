@@ -14,7 +14,7 @@ import pytest
 from mqctl.hosts.lab import PREFIX, unavailable
 from tests.conftest import INTEROP
 from tests.interop.rmq5_client import client_env
-from tests.mqctl.test_lab_cluster import free_lab_number
+from tests.mqctl.test_lab_cluster import free_lab_number, lab_conf
 
 WHY_NOT = unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab on this machine: {WHY_NOT}")
@@ -33,28 +33,7 @@ def test_the_stock_4x_and_official_5x_clients_work_across_the_lab(tmp_path, subp
     number = free_lab_number()
     net = f"10.231.{number}"
     conf = tmp_path / "conf.toml"
-    conf.write_text(f"""[cluster]
-lab = {number}
-[store]
-segment_size_bytes = 4194304
-[replication]
-mode = "sync"
-[[nameservers]]
-name = "ns1"
-listen = "{net}.10:9876"
-[[brokers]]
-name = "broker-a"
-id = 0
-listen = "{net}.11:10911"
-[[brokers]]
-name = "broker-a"
-id = 1
-listen = "{net}.12:10911"
-[[proxies]]
-name = "proxy1"
-listen = "{net}.13:8081"
-grpc_listen = "{net}.13:8091"
-""")
+    conf.write_text(lab_conf(number, proxy=True))
     env = dict(subprocess_env, HOME=str(tmp_path))  # the C++ client logs under $HOME/logs
 
     def mqctl(*args: str) -> subprocess.CompletedProcess:

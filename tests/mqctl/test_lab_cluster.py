@@ -27,6 +27,34 @@ def free_lab_number() -> int:
     raise AssertionError("no free lab number")
 
 
+def lab_conf(number: int, proxy: bool = False) -> str:
+    """conf.toml of lab ``number``: a name server (.10), a sync pair of broker-a (.11, .12) and,
+    with ``proxy``, a proxy with a gRPC door (.13)."""
+    net = f"10.231.{number}"
+    text = f"""[cluster]
+name = "LabCluster"
+data_dir = "data"
+lab = {number}
+[store]
+segment_size_bytes = 4194304
+[replication]
+mode = "sync"
+[[nameservers]]
+name = "ns1"
+listen = "{net}.10:9876"
+[[brokers]]
+name = "broker-a"
+id = 0
+listen = "{net}.11:10911"
+[[brokers]]
+name = "broker-a"
+id = 1
+listen = "{net}.12:10911"
+"""
+    return text + (f'[[proxies]]\nname = "proxy1"\nlisten = "{net}.13:8081"\ngrpc_listen = "{net}.13:8091"\n'
+                   if proxy else "")
+
+
 def _netns_inode(path: str) -> int:
     return os.stat(path).st_ino
 
@@ -34,31 +62,7 @@ def _netns_inode(path: str) -> int:
 def test_a_sync_pair_in_a_lab_replicates_over_the_bridge_and_stop_deletes_the_lab(tmp_path, subprocess_env):
     number = free_lab_number()
     conf = tmp_path / "conf.toml"
-    conf.write_text(f"""[cluster]
-name = "LabCluster"
-data_dir = "data"
-lab = {number}
-
-[store]
-segment_size_bytes = 4194304
-
-[replication]
-mode = "sync"
-
-[[nameservers]]
-name = "ns1"
-listen = "10.231.{number}.10:9876"
-
-[[brokers]]
-name = "broker-a"
-id = 0
-listen = "10.231.{number}.11:10911"
-
-[[brokers]]
-name = "broker-a"
-id = 1
-listen = "10.231.{number}.12:10911"
-""")
+    conf.write_text(lab_conf(number))
 
     def mqctl(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "mqctl", "-c", str(conf), *args], capture_output=True,
