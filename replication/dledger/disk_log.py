@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
 from pathlib import Path
 
 from core.store.mapped_file import MappedFile, MappedFileQueue
@@ -215,60 +216,39 @@ class DiskRaftLog:
             self.write_pos = self._start_pos = 0
         if isinstance(entries, PackedEntries) and entries.contiguous and self._append_as_placed(entries):
             return
-        if isinstance(entries, BodyRun):
-            self._append_bodies(entries)
-            return
+        self._append_encoded(_entry_fields(entries))
+
+    def _append_encoded(self, entries: Iterable[tuple[int, int, int, bytes]]) -> None:
+        """Encode ``(index, term, magic, body)`` entries continuing the log: each header and
+        index entry packed from the fields, each record's PHYSICALOFFSET set to where it lies
+        (a leader's records carry theirs already: :meth:`record_offsets`), one write a data
+        file."""
+        pack_header, pack_index, crc32 = dledger.HEADER_STRUCT.pack, dledger.INDEX_STRUCT.pack, zlib.crc32
+        segment, header_size, normal = self.segment_size, dledger.HEADER_SIZE, dledger.MAGIC_NORMAL
         parts: list[bytes | memoryview] = []
         index_parts: list[bytes] = []
         chunk_at = pos = self.write_pos
         last, last_term = self._last, self._last_term
-        for e in entries:
-            if e.index != last + 1:
-                raise ValueError(f"entry {e.index} does not continue a log ending at {last}")
-            size = dledger.HEADER_SIZE + len(e.body)
-            if size > self.segment_size - 8:
-                raise ValueError(f"an entry of {size} bytes does not fit a {self.segment_size}-byte segment")
+        for index, term, magic, body in entries:
+            if index != last + 1:
+                raise ValueError(f"entry {index} does not continue a log ending at {last}")
+            size = header_size + len(body)
+            if size > segment - 8:
+                raise ValueError(f"an entry of {size} bytes does not fit a {segment}-byte segment")
             placed = self._placed(pos, size)
             if placed != pos:  # the next data file: write what this one gets, then its padding
                 self._write_chunk(chunk_at, parts, index_parts, pos, last, last_term)
                 parts, index_parts = [], []
                 self._pad(pos, placed)
                 chunk_at = pos = placed
-            body = _with_own_offset(e.body, pos + dledger.HEADER_SIZE) if e.magic == dledger.MAGIC_NORMAL else e.body
-            parts += (dledger.encode_header(e.index, e.term, pos, len(body), magic=e.magic,
-                                            body_crc=dledger.body_crc(body)), body)
-            index_parts.append(dledger.encode_index_fields(e.magic, pos, size, e.index, e.term))
-            pos += size
-            last, last_term = e.index, e.term
-        self._write_chunk(chunk_at, parts, index_parts, pos, last, last_term)
-
-    def _append_bodies(self, run: BodyRun) -> None:
-        """A leader's proposal: each entry's header and index entry packed straight from its
-        body (the records carry their own offsets already when the store encoded them with
-        :meth:`record_offsets`; others are patched here), one write a data file."""
-        pack_header, pack_index, crc32 = dledger.HEADER_STRUCT.pack, dledger.INDEX_STRUCT.pack, zlib.crc32
-        segment, header_size, normal = self.segment_size, dledger.HEADER_SIZE, dledger.MAGIC_NORMAL
-        parts: list[bytes | memoryview] = []
-        index_parts: list[bytes] = []
-        chunk_at = pos = self.write_pos
-        index, term = run.first_index - 1, run.term
-        for body in run.bodies:
-            size = header_size + len(body)
-            if size > segment - pos % segment:  # the next data file: write what this one gets
-                if size > segment - 8:
-                    raise ValueError(f"an entry of {size} bytes does not fit a {segment}-byte segment")
-                self._write_chunk(chunk_at, parts, index_parts, pos, index, term)
-                parts, index_parts = [], []
-                placed = pos + segment - pos % segment
-                self._pad(pos, placed)
-                chunk_at = pos = placed
-            index += 1
-            body = _with_own_offset(body, pos + header_size)
+            if magic == normal:
+                body = _with_own_offset(body, pos + header_size)
             crc = crc32(body)
-            parts += (pack_header(normal, size, index, term, pos, 0, 0, crc - (crc >> 31 << 32), len(body)), body)
-            index_parts.append(pack_index(normal, pos, size, index, term))
+            parts += (pack_header(magic, size, index, term, pos, 0, 0, crc - (crc >> 31 << 32), len(body)), body)
+            index_parts.append(pack_index(magic, pos, size, index, term))
             pos += size
-        self._write_chunk(chunk_at, parts, index_parts, pos, index, term)
+            last, last_term = index, term
+        self._write_chunk(chunk_at, parts, index_parts, pos, last, last_term)
 
     def _append_as_placed(self, run: PackedEntries) -> bool:
         """Write ``run`` as it is when it lands where its sender placed it, within one data
@@ -460,6 +440,15 @@ def sync_files(files: list[MappedFile]) -> None:
         except OSError:
             if not mf.closed:  # a file a truncation removed meanwhile has nothing left to sync
                 raise
+
+
+def _entry_fields(entries: Sequence[Entry]) -> Iterable[tuple[int, int, int, bytes]]:
+    """``(index, term, magic, body)`` of each entry; a proposal's bodies without an Entry each."""
+    if isinstance(entries, BodyRun):
+        n = len(entries.bodies)
+        return zip(range(entries.first_index, entries.first_index + n), repeat(entries.term, n),
+                   repeat(dledger.MAGIC_NORMAL, n), entries.bodies)
+    return ((e.index, e.term, e.magic, e.body) for e in entries)
 
 
 def _with_own_offset(body: bytes, phys: int) -> bytes:
