@@ -24,7 +24,6 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 
 from formats import property_texts
 from formats.properties import PROPERTIES_SIZE_MAX, decode_properties
@@ -111,10 +110,6 @@ class RecordBatch:
 
     def __len__(self) -> int:
         return len(self.bodies)
-
-    def offsets(self, first_phys: int) -> list[int]:
-        """Each record's physical offset when the batch is stored from ``first_phys``."""
-        return list(accumulate(self.sizes[:-1], initial=first_phys))
 
     def encode(self, offsets: list[int], queue_offsets: Sequence[int], store_timestamp: int) -> list[bytes]:
         """The records' bytes as parts, five a record, to write back to back."""

@@ -19,6 +19,7 @@ the store is made, and can be driven and measured on its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import Protocol
 
 from core.store.commitlog import CommitLog
@@ -62,12 +63,7 @@ class CommitLogWriter:
     def placements(self, sizes: list[int]) -> list[int] | None:
         if not self.commitlog.make_room(sum(sizes)):
             return None
-        offsets = []
-        phys = self.commitlog.write_offset
-        for size in sizes:
-            offsets.append(phys)
-            phys += size
-        return offsets
+        return list(accumulate(sizes[:-1], initial=self.commitlog.write_offset))
 
     def write_records(self, records: Sequence[MessageRecord], preps: Sequence[PreparedRecord],
                       queue_offsets: Sequence[int], stamp: int) -> list[int]:
