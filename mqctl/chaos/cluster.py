@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,8 +39,11 @@ from mqctl.nodes.processes import NodeSpec, nodes_of, running_pid, stop
 GROUP = "broker-a"
 MEMBERS = {"async": 2, "sync": 2, "dledger": 3}
 NAMESRV_HOST = "127.0.0.10"
+PROXY_HOST = "127.0.0.20"
 START_TIMEOUT_S = 60.0
-DISK_BYTES = 256 * 1024 * 1024  # each broker's tmpfs when disks are drilled
+DISK_BYTES = 1024 * 1024 * 1024  # each broker's tmpfs when disks are drilled (RAM only as used)
+AUTO_RENEW_SLICE_MS = 10_000
+DELAY_MS = 150  # a delay fault: every chunk into the node held this long
 FILLED_RATIO = 0.95  # a full disk: above the store's 0.90 limit
 FILLER = "chaos-disk-filler"
 
@@ -97,8 +101,24 @@ def write_drill_config(directory: Path, mode: str) -> tuple[Path, list[Member]]:
     brokers = "".join(
         f'[[brokers]]\nname = "{GROUP}"\nid = {i}\nlisten = "{m.listen}"\nadvertise = "{m.advertise}"\n'
         f'ha_advertise = "{m.ha_advertise}"\n' for i, m in enumerate(members))
+    proxy_port = ports.take(PROXY_HOST, with_next=True)  # its door for broker-a takes the next port
     path = directory / "conf.toml"
-    path.write_text(f"""# written by mqctl chaos: one broker group behind fault proxies
+    path.write_text(drill_settings(mode, "one broker group behind fault proxies") + f"""[[nameservers]]
+name = "ns1"
+listen = "{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}"
+advertise = "{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}"
+{brokers}[[proxies]]
+name = "proxy1"
+listen = "{PROXY_HOST}:{proxy_port}"
+grpc_listen = "{PROXY_HOST}:{ports.take(PROXY_HOST)}"
+""")
+    return path, members
+
+
+def drill_settings(mode: str, what: str) -> str:
+    """The settings every drill's conf.toml starts with: small stores, quick heartbeats and
+    registrations, so that faults are noticed within seconds."""
+    return f"""# written by mqctl chaos: {what}
 [cluster]
 data_dir = "data"
 [store]
@@ -115,28 +135,51 @@ register_interval_ms = 2000
 [namesrv]
 scan_interval_ms = 2000
 broker_expiry_ms = 10000
-[[nameservers]]
-name = "ns1"
-listen = "{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}"
-advertise = "{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}"
-{brokers}""")
-    return path, members
+[proxy]
+# a 5.x push consumer's message comes back this soon when its answer was lost (RocketMQ: 60 s)
+auto_renew_slice_ms = {AUTO_RENEW_SLICE_MS}
+auto_renew_ahead_ms = 3000
+"""
 
 
 class DrillCluster:
-    """The drill's processes and proxies, and the faults they can be put through."""
+    """A drill's processes and the faults every kind of drill cluster can put them through:
+    kill and restart, pause and resume, a full disk. Partitions, loss, rate limits and delay are
+    the subclasses' (:class:`LoopbackCluster` here, ``LabCluster`` in mqctl/chaos/lab_cluster.py)."""
 
-    def __init__(self, directory: Path, mode: str) -> None:
+    kinds: tuple[str, ...] = ("kill", "pause", "disk-full")
+    in_loop: tuple[str, ...] = ()  # kinds whose actions run on the drill's event loop (not in a thread)
+    where = ""  # one line for the report: where the nodes run and how faults are made
+
+    def __init__(self, mode: str, path: Path, members: list[Member]) -> None:
         self.mode = mode
-        self.path, self.members = write_drill_config(directory, mode)
+        self.path, self.members = path, members
         self.config: Config = load_config(self.path)
         self.specs = {s.name: s for s in nodes_of(self.config)}
         self._paused: set[str] = set()
         self._mounted: list[Path] = []
-        self.namesrv_proxies: list[FaultProxy] = []
 
     def store_dir(self, node: str) -> Path:
         return self.config.data_dir / node
+
+    @property
+    def namesrv(self) -> list[str]:
+        return self.config.namesrv_addresses
+
+    @property
+    def proxy_doors(self) -> tuple[str | None, str | None]:
+        """The proxy's 4.x door and gRPC door (advertised addresses)."""
+        if not self.config.proxies:
+            return None, None
+        proxy = self.config.proxies[0]
+        return proxy.advertise or proxy.listen, proxy.grpc_listen or None
+
+    def member(self, node: str) -> Member:
+        return next(m for m in self.members if m.node == node)
+
+    def pids(self) -> dict[str, int]:
+        """The running nodes' processes."""
+        return {name: pid for name in self.specs if (pid := running_pid(self.config, name)) is not None}
 
     def mount_disks(self) -> None:
         """Give every broker a tmpfs of its own for its store (before the brokers start)."""
@@ -156,25 +199,8 @@ class DrillCluster:
             subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
         self._mounted.clear()
 
-    @property
-    def namesrv(self) -> list[str]:
-        return self.config.namesrv_addresses
-
-    def member(self, node: str) -> Member:
-        return next(m for m in self.members if m.node == node)
-
     async def serve_proxies(self, nursery: trio.Nursery) -> None:
-        """Put the proxies in front of the name server and every member (before they start)."""
-        for ns in self.config.nameservers:
-            proxy = FaultProxy(ns.listen)
-            await nursery.start(proxy.serve, ns.advertise)
-            self.namesrv_proxies.append(proxy)
-        for m in self.members:
-            host, port = m.listen.rsplit(":", 1)
-            for listen, upstream in ((m.advertise, m.listen), (m.ha_advertise, f"{host}:{int(port) + 1}")):
-                proxy = FaultProxy(upstream)
-                await nursery.start(proxy.serve, listen)
-                m.proxies.append(proxy)
+        """Start what must run in this process before the nodes start (fault proxies)."""
 
     def start(self) -> None:
         """Start every node and wait until they serve and registered (blocking)."""
@@ -187,7 +213,13 @@ class DrillCluster:
             stop(self.config, spec, force=False)
         self.unmount_disks()
 
-    # ---------------------------------------------------------------- faults (blocking ones)
+    def actions(self) -> dict[str, tuple[Callable[[str], None], Callable[[str], None]]]:
+        """Per fault kind: how to inject it on a node and how to heal it (blocking, unless the
+        kind is ``in_loop``)."""
+        return {"kill": (self.kill, self.restart), "pause": (self.pause, self.resume),
+                "disk-full": (self.fill_disk, self.free_disk)}
+
+    # ---------------------------------------------------------------- process and disk faults
 
     def kill(self, node: str) -> None:
         stop(self.config, self.specs[node], force=True)  # SIGKILL; reaps it and clears its pid file
@@ -222,7 +254,35 @@ class DrillCluster:
         if pid is not None:
             os.kill(pid, sig)
 
-    # ---------------------------------------------------------------- partitions (proxies)
+
+class LoopbackCluster(DrillCluster):
+    """Every node on a loopback address of its own, every link into a broker through a fault
+    proxy of this process (the module docstring)."""
+
+    kinds = ("kill", "pause", "partition", "disk-full", "delay")
+    in_loop = ("partition", "delay")  # the proxies belong to the drill's loop
+    where = "on loopback addresses, partitions and delay through fault proxies"
+
+    def __init__(self, directory: Path, mode: str) -> None:
+        super().__init__(mode, *write_drill_config(directory, mode))
+        self.namesrv_proxies: list[FaultProxy] = []
+
+    async def serve_proxies(self, nursery: trio.Nursery) -> None:
+        """Put the proxies in front of the name server and every member (before they start)."""
+        for ns in self.config.nameservers:
+            proxy = FaultProxy(ns.listen)
+            await nursery.start(proxy.serve, ns.advertise)
+            self.namesrv_proxies.append(proxy)
+        for m in self.members:
+            host, port = m.listen.rsplit(":", 1)
+            for listen, upstream in ((m.advertise, m.listen), (m.ha_advertise, f"{host}:{int(port) + 1}")):
+                proxy = FaultProxy(upstream)
+                await nursery.start(proxy.serve, listen)
+                m.proxies.append(proxy)
+
+    def actions(self) -> dict[str, tuple[Callable[[str], None], Callable[[str], None]]]:
+        return {**super().actions(), "partition": (self.isolate, self.reconnect),
+                "delay": (self.delay, self.undelay)}
 
     def isolate(self, node: str) -> None:
         """Cut every link to and from ``node``: its proxies refuse everyone, the others it."""
@@ -240,3 +300,11 @@ class DrillCluster:
         for m in self.members:
             for proxy in m.proxies:
                 proxy.heal() if m is target else proxy.heal_from({target.host})
+
+    def delay(self, node: str) -> None:
+        for proxy in self.member(node).proxies:
+            proxy.state.delay_s = DELAY_MS / 1000
+
+    def undelay(self, node: str) -> None:
+        for proxy in self.member(node).proxies:
+            proxy.state.delay_s = 0.0

@@ -17,10 +17,15 @@ The verdict, as RocketMQ users would judge it:
   twice whose acknowledged copy is delivered is a duplicate.)
 - **duplicated**: delivered more than once. RocketMQ delivers at least once (a rebalance or a
   consumer restart redelivers from the last committed offset): reported, allowed.
-- **reordered**: a message delivered for the first time after one of the same queue with a higher
-  queue offset (skipped, then delivered later). Reported.
+- **reordered**: a message a consumer got for the first time after one of the same queue with a
+  higher queue offset (skipped, then delivered later), judged per consumer and queue for
+  consumers that promise queue order (push consumers; a POP consumer does not). A broken promise
+  where loss is one.
+- **FIFO broken**: a FIFO stream's messages (sent to one queue, an answer before the next send,
+  keys ``<producer>.<stream>.<n>``) acknowledged at queue offsets that do not rise in send order.
+  A broken promise where loss is one.
 - **unavailability windows**: stretches in which every send attempt failed or went unanswered,
-  from the first such attempt to the next acknowledgement, with what those sends were told
+  from the first such attempt to the next acknowledgement (a quarter second or longer), with what those sends were told
   (their ``why``, counted); per fault, the sends acknowledged while it lasted and the time from
   its heal to the first acknowledgement after it (its recovery time).
 """
@@ -30,10 +35,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Literal
 
 Outcome = Literal["ok", "failed", "unknown"]
 EXAMPLES_MAX = 10  # examples of each finding kept in a report
+WINDOW_MIN_S = 0.25  # an unavailability window this short or longer is reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +52,7 @@ class SendAttempt:
     queue: str = ""  # "broker-a/3" when acknowledged
     queue_offset: int = -1
     why: str = ""  # when not acknowledged: what the producer was told (its status or last error)
+    producer: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,7 @@ class Delivery:
     queue_offset: int
     at: float
     consumer: str = "c0"
+    ordered: bool = True  # the consumer promises queue order (a push consumer; not POP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +108,8 @@ class Verdict:
     moved: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
     reordered: list[str] = field(default_factory=list)
+    fifo_broken: list[str] = field(default_factory=list)
+    per_queue: dict[str, dict[str, int]] = field(default_factory=dict)
     loss_window: tuple[float, float] | None = None  # acknowledgement times of the lost, first and last
     windows: list[Window] = field(default_factory=list)
     recoveries: list[Recovery] = field(default_factory=list)
@@ -112,6 +123,10 @@ class Verdict:
             problems.append(f"{len(self.lost)} acknowledged message(s) lost")
         if self.moved and not loss_allowed:
             problems.append(f"{len(self.moved)} message(s) delivered only away from their acknowledged queue offset")
+        if self.reordered and not loss_allowed:
+            problems.append(f"{len(self.reordered)} message(s) delivered out of queue order")
+        if self.fifo_broken and not loss_allowed:
+            problems.append(f"{len(self.fifo_broken)} FIFO message(s) acknowledged out of send order")
         if self.phantom:
             problems.append(f"{len(self.phantom)} message(s) delivered that were never sent")
         return problems
@@ -123,7 +138,8 @@ class Verdict:
             "unknown": self.unknown, "delivered": self.delivered, "reasons": dict(self.reasons),
             **{name: {"count": len(keys), "examples": keys[:EXAMPLES_MAX]} for name, keys in (
                 ("lost", self.lost), ("phantom", self.phantom), ("moved", self.moved),
-                ("duplicated", self.duplicated), ("reordered", self.reordered))},
+                ("duplicated", self.duplicated), ("reordered", self.reordered), ("fifo_broken", self.fifo_broken))},
+            "per_queue": self.per_queue,
             "loss_window": self.loss_window,
             "unavailable": [{"started": w.started, "ended": w.ended, "seconds": w.length, "attempts": w.attempts,
                              "reasons": dict(w.reasons)} for w in self.windows],
@@ -135,8 +151,9 @@ class Verdict:
 
 
 def check_history(attempts: Sequence[SendAttempt], deliveries: Sequence[Delivery],
-                  faults: Sequence[FaultSpan] = ()) -> Verdict:
-    """Judge one drill (see the module docstring)."""
+                  faults: Sequence[FaultSpan] = (), fifo_producers: Iterable[str] = ()) -> Verdict:
+    """Judge one drill's sends against one consumer group's deliveries (see the module
+    docstring); ``fifo_producers`` send FIFO streams."""
     verdict = Verdict(attempts=len(attempts), delivered=len(deliveries))
     attempted: set[str] = set()
     acked: dict[str, SendAttempt] = {}
@@ -157,12 +174,14 @@ def check_history(attempts: Sequence[SendAttempt], deliveries: Sequence[Delivery
         if d.key not in attempted:
             verdict.phantom.append(d.key)
     # a send retried after an unknown outcome may be stored twice: only the acknowledged place counts
-    verdict.moved = sorted(k for k, a in acked.items() if k in places and (a.queue, a.queue_offset) not in places[k])
+    verdict.moved = sorted(k for k, a in acked.items() if k in places and a.queue and (a.queue, a.queue_offset) not in places[k])
     verdict.duplicated = sorted(k for k, n in seen.items() if n > 1)
     verdict.lost = sorted((k for k in acked if k not in seen), key=lambda k: acked[k].ended)
     if verdict.lost:
         verdict.loss_window = (acked[verdict.lost[0]].ended, acked[verdict.lost[-1]].ended)
     verdict.reordered = _reordered(deliveries)
+    verdict.fifo_broken = _fifo_broken(attempts, set(fifo_producers))
+    verdict.per_queue = _per_queue(acked, deliveries, verdict)
     verdict.windows = unavailability(attempts)
     verdict.reasons = _counted(a.why for a in attempts if a.outcome != "ok")
     verdict.recoveries = [_recovery(f, attempts) for f in faults]
@@ -170,32 +189,74 @@ def check_history(attempts: Sequence[SendAttempt], deliveries: Sequence[Delivery
 
 
 def _reordered(deliveries: Iterable[Delivery]) -> list[str]:
-    """Keys delivered for the first time after a message of the same queue with a higher queue
-    offset: a message skipped and delivered later. A consumer reading again from an earlier
-    offset (a restart, a rebalance) only redelivers, and is counted under duplicates."""
-    highest: dict[str, int] = {}
-    first_time: set[str] = set()
+    """Keys a consumer got for the first time after a message of the same queue with a higher
+    queue offset: a message skipped and delivered later. A consumer reading again from an
+    earlier offset (a restart, a rebalance) only redelivers, and is counted under duplicates."""
+    highest: dict[tuple[str, str], int] = {}
+    first_time: set[tuple[str, str]] = set()
     out = []
     for d in deliveries:
-        if d.key in first_time:
+        if not d.ordered or (d.consumer, d.key) in first_time:
             continue
-        first_time.add(d.key)
-        top = highest.get(d.queue, -1)
+        first_time.add((d.consumer, d.key))
+        stream = (d.consumer, d.queue)
+        top = highest.get(stream, -1)
         if d.queue_offset < top:
             out.append(d.key)
-        highest[d.queue] = max(top, d.queue_offset)
+        highest[stream] = max(top, d.queue_offset)
     return out
 
 
-def unavailability(attempts: Sequence[SendAttempt]) -> list[Window]:
-    """Stretches of failing or unanswered sends between acknowledgements, in time order."""
+def _fifo_broken(attempts: Iterable[SendAttempt], fifo_producers: set[str]) -> list[str]:
+    """Keys of FIFO streams acknowledged at an offset not above the one acknowledged before
+    them in send order (``<producer>.<stream>.<n>``)."""
+    streams: dict[tuple[str, str], list[tuple[int, SendAttempt]]] = defaultdict(list)
+    for a in attempts:
+        if a.outcome == "ok" and a.producer in fifo_producers and a.queue:
+            head, _, n = a.key.rpartition(".")
+            if n.isdigit():
+                streams[(head, a.queue)].append((int(n), a))
+    out = []
+    for sent in streams.values():
+        sent.sort(key=lambda pair: pair[0])
+        for (_, before), (_, after) in pairwise(sent):
+            if after.queue_offset <= before.queue_offset:
+                out.append(after.key)
+    return out
+
+
+def _per_queue(acked: dict[str, SendAttempt], deliveries: Iterable[Delivery], verdict: Verdict) -> dict[str, dict[str, int]]:
+    """Each queue's counts: acknowledged there, delivered from it, and the findings."""
+    rows: dict[str, Counter[str]] = defaultdict(Counter)
+    for a in acked.values():
+        rows[a.queue or "(not told)"]["acknowledged"] += 1
+    for d in deliveries:
+        rows[d.queue or "(not told)"]["delivered"] += 1
+    for name, keys in (("lost", verdict.lost), ("moved", verdict.moved)):
+        for k in keys:
+            rows[acked[k].queue or "(not told)"][name] += 1
+    where = {d.key: d.queue or "(not told)" for d in deliveries}
+    for name, keys in (("duplicated", verdict.duplicated), ("reordered", verdict.reordered),
+                       ("phantom", verdict.phantom)):
+        for k in keys:
+            rows[where.get(k, "(not told)")][name] += 1
+    for k in verdict.fifo_broken:
+        rows[acked[k].queue]["fifo_broken"] += 1
+    return {q: dict(sorted(c.items())) for q, c in sorted(rows.items())}
+
+
+def unavailability(attempts: Sequence[SendAttempt], shortest_s: float = WINDOW_MIN_S) -> list[Window]:
+    """Stretches of failing or unanswered sends between acknowledgements, in time order; those
+    shorter than ``shortest_s`` are left out (with several producers, one send failing while
+    the others are acknowledged is no unavailability; those sends still count among the reasons)."""
     windows = []
     start: float | None = None
     whys: list[str] = []
     for a in sorted(attempts, key=lambda a: a.ended):
         if a.outcome == "ok":
             if start is not None:
-                windows.append(Window(start, a.ended, len(whys), _counted(whys)))
+                if a.ended - start >= shortest_s:
+                    windows.append(Window(start, a.ended, len(whys), _counted(whys)))
                 start, whys = None, []
         else:
             if start is None:

@@ -8,9 +8,18 @@ Kinds:
 
 - ``kill``: SIGKILL the node; the heal restarts it.
 - ``pause``: SIGSTOP the node; the heal sends SIGCONT.
-- ``partition``: cut every link to and from the node (its proxies refuse and drop connections);
-  the heal reopens them.
+- ``partition``: cut every link to and from the node; the heal reopens them.
+- ``one-way``: the node's packets to every other host are dropped; it still hears them.
+- ``split``: the node on one side, the other members on the other; name server, proxy and
+  clients reach both (three members or more).
+- ``bridge``: the other members lose each other; the node still reaches both (three or more).
+- ``loss``: a share of the node's packets dropped, both ways.
+- ``rate``: what the node sends is limited to a slow link's rate.
 - ``disk-full``: the node's disk reports full; the heal frees it.
+- ``delay``: every chunk into the node held a while (a fault proxy).
+
+Where the cluster runs decides which kinds it can make (mqctl/chaos/cluster.py, lab_cluster.py):
+on loopback, partitions and delay go through fault proxies and the kernel-level kinds need a lab.
 """
 
 from __future__ import annotations
@@ -19,7 +28,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-FAULT_KINDS = ("kill", "pause", "partition", "disk-full")
+FAULT_KINDS = ("kill", "pause", "partition", "one-way", "split", "bridge", "loss", "rate", "disk-full", "delay")
+NEEDS_THREE = ("split", "bridge")  # a side of the group against another: three members or more
 FAULT_SECONDS = (2.0, 6.0)  # how long one fault lasts, drawn uniformly
 GAP_SECONDS = (3.0, 6.0)  # quiet time after each heal
 WARMUP_SECONDS = 3.0  # traffic before the first fault

@@ -19,6 +19,7 @@ cannot be made here.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ LABS_MAX = 200
 HOSTS_MAX = 200
 OWNER_DIR = "/run/mqctl-labs"  # <lab>.pid: the process that made each lab
 _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
+CLONE_NEWNET = 0x40000000  # setns(2): the network namespace
 
 
 class LabError(RuntimeError):
@@ -130,6 +132,19 @@ class Lab:
 
     def __exit__(self, *exc: object) -> None:
         self.destroy()
+
+
+def enter(namespace: str) -> None:
+    """Move this process into ``namespace``'s network: call it before any thread starts
+    (a thread keeps the network it was started in; threads started later take the new one,
+    and so do child processes)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise LabError(f"cannot enter {namespace}: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
 
 
 def create_lab(names: list[str], number: int | None = None, owner: str | None = None) -> Lab:

@@ -8,7 +8,7 @@ import pytest
 
 from mqctl.chaos.history import Delivery, FaultSpan, SendAttempt, check_history, unavailability
 from mqctl.chaos.schedule import DRAIN_SECONDS, WARMUP_SECONDS, parse_faults, plan_faults
-from mqctl.chaos.traffic import why_not_acknowledged
+from mqctl.chaos.reasons import why_not_acknowledged
 
 
 def ok(key: str, at: float, queue: str = "broker-a/0", offset: int = 0) -> SendAttempt:
