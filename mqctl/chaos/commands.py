@@ -53,6 +53,7 @@ from mqctl.chaos.history import FaultSpan, Verdict, check_history
 from mqctl.chaos.lab_cluster import LabCluster, lab_hosts
 from mqctl.chaos.schedule import (
     FAULT_KINDS,
+    LEADER,
     NEEDS_THREE,
     WARMUP_SECONDS,
     PlannedFault,
@@ -223,7 +224,7 @@ def client_log(path: Path) -> Iterator[None]:
 
 async def drill(cluster: DrillCluster, kinds: tuple[str, ...], seconds: float, seed: int, rate: int,
                 clients: tuple[str, ...], report_dir: Path | None, bar: Bar | None = None) -> dict[str, Any]:
-    plan = plan_faults(seed, kinds, [m.node for m in cluster.members], seconds)
+    plan = plan_faults(seed, kinds, [LEADER, *(m.node for m in cluster.members)], seconds)
     spans: list[FaultSpan] = []
     leaders: list[tuple[float, str]] = []
     proxy_door, grpc_door = cluster.proxy_doors
@@ -253,7 +254,7 @@ async def drill(cluster: DrillCluster, kinds: tuple[str, ...], seconds: float, s
                     watchers.start_soon(_show_time, bar, started, seconds)
                 for fault in plan:
                     await trio.sleep_until(started + fault.at)
-                    spans.append(await inject(cluster, fault, t0))
+                    spans.append(await inject(cluster, fault, t0, leaders))
                     if bar is not None:
                         bar.note(f"{spans[-1].started:7.2f} s  {spans[-1].kind} of {spans[-1].target}, healed")
                 await trio.sleep_until(started + seconds)
@@ -274,6 +275,7 @@ async def drill(cluster: DrillCluster, kinds: tuple[str, ...], seconds: float, s
     fifo = [s.name for s in specs if s.fifo]
     verdict = check_history(workload.attempts, workload.deliveries, spans, fifo)
     found = report(cluster, seed, kinds, seconds, rate, specs, spans, verdict, leaders)
+    found["per_client"] = per_client(workload, specs)
     found["timeline"] = rows = timeline(workload.attempts, seconds)
     found["throughput"] = _throughput(rows, spans, seconds)
     found["cpu"] = meter.per_message(sum(int(r["acknowledged"]) for r in rows if r["t"] < seconds))
@@ -283,6 +285,19 @@ async def drill(cluster: DrillCluster, kinds: tuple[str, ...], seconds: float, s
         write_report(report_dir, {k: v for k, v in found.items() if k != "timeline"}, rows, spans, leaders,
                      [r.journal.path for r in workload.running])
     return found
+
+
+def per_client(workload: Workload, specs: list[WorkerSpec]) -> dict[str, dict[str, int]]:
+    """Each producer's sends and acknowledgements, each consumer's deliveries."""
+    out: dict[str, dict[str, int]] = {s.name: {} for s in specs}
+    for a in workload.attempts:
+        row = out.setdefault(a.producer, {})
+        row["attempted"] = row.get("attempted", 0) + 1
+        row["acknowledged"] = row.get("acknowledged", 0) + (a.outcome == "ok")
+    for d in workload.deliveries:
+        row = out.setdefault(d.consumer, {})
+        row["delivered"] = row.get("delivered", 0) + 1
+    return out
 
 
 async def create_topics(namesrv: list[str]) -> None:
@@ -336,21 +351,25 @@ async def _stop_on_sigterm() -> None:
             raise CliError("the drill was stopped (SIGTERM)")
 
 
-async def inject(cluster: DrillCluster, fault: PlannedFault, t0: float) -> FaultSpan:
-    """Inject ``fault``, hold it for its time, heal it; the span as it happened."""
+async def inject(cluster: DrillCluster, fault: PlannedFault, t0: float, leaders: list[tuple[float, str]]) -> FaultSpan:
+    """Inject ``fault``, hold it for its time, heal it; the span as it happened. A fault of the
+    LEADER hits the member the name server last named master (the first member when none)."""
     hurt, heal = cluster.actions()[fault.kind]
+    nodes = [m.node for m in cluster.members]
+    current = next((node for _, node in reversed(leaders) if node in nodes), None)
+    target = (current or nodes[0]) if fault.target == LEADER else fault.target
 
     async def do(step: Callable[[str], None]) -> None:
         if fault.kind in cluster.in_loop:
-            step(fault.target)
+            step(target)
         else:
-            await trio.to_thread.run_sync(step, fault.target)
+            await trio.to_thread.run_sync(step, target)
 
     began = round(time.time() - t0, 3)
     await do(hurt)
     await trio.sleep(fault.lasts)
     await do(heal)
-    return FaultSpan(fault.kind, fault.target, began, round(time.time() - t0, 3))
+    return FaultSpan(fault.kind, target, began, round(time.time() - t0, 3), was_leader=target == current)
 
 
 async def drain(workload: Workload, quiet_s: float) -> None:
@@ -388,8 +407,8 @@ def report(cluster: DrillCluster, seed: int, kinds: tuple[str, ...], seconds: fl
             "rate_offered": rate,
             "clients": [{"name": s.name, "client": s.client, "role": s.role, "topic": s.topic, "group": s.group,
                          "rate": round(s.rate, 1)} for s in specs],
-            "injected": [{"kind": s.kind, "target": s.target, "started": s.started, "healed": s.healed}
-                         for s in spans],
+            "injected": [{"kind": s.kind, "target": s.target, "was_leader": s.was_leader, "started": s.started,
+                          "healed": s.healed} for s in spans],
             "leaders": [{"at": t, "node": n} for t, n in leaders],
             **verdict.summary(), "loss_allowed": loss_allowed,
             "broken_promises": verdict.broken_promises(loss_allowed)}
@@ -400,10 +419,14 @@ def print_report(r: dict[str, Any]) -> None:
     echo(f"chaos drill: mode {r['mode']}, seed {r['seed']}, faults {','.join(r['faults'])}, {r['duration_s']:.0f} s, "
          f"{r['rate_offered']} msgs/s offered")
     echo(f"  nodes {r['net']}")
-    echo("  clients: " + ", ".join(f"{c['name']} ({c['role']} {c['topic']}"
-                                   + (f", {c['rate']:.0f}/s)" if c["role"] == "produce" else ")") for c in r["clients"]))
+    for c in r["clients"]:
+        got = r["per_client"].get(c["name"], {})
+        did = (f"offered {c['rate']:.0f}/s, {got.get('attempted', 0)} sent, {got.get('acknowledged', 0)} acknowledged"
+               if c["role"] == "produce" else f"{got.get('delivered', 0)} delivered")
+        echo(f"  client {c['name']:<8} {c['client']:<4} {c['role']:<7} {c['topic']:<11} {c['group']:<10} {did}")
     for s in r["injected"]:
-        echo(f"  {s['started']:7.2f} s  {s['kind']:<9} {s['target']:<12} healed at {s['healed']:.2f} s")
+        leader = " (master/leader)" if s["was_leader"] else ""
+        echo(f"  {s['started']:7.2f} s  {s['kind']:<9} {s['target'] + leader:<28} healed at {s['healed']:.2f} s")
     echo(f"sends: {r['attempts']} attempted, {r['acknowledged']} acknowledged, {r['unknown']} unknown, "
          f"{r['failed']} refused; deliveries: {r['delivered']}")
     t = r["throughput"]

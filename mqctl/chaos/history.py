@@ -73,6 +73,7 @@ class FaultSpan:
     target: str
     started: float
     healed: float
+    was_leader: bool = False  # the target was the group's master / raft leader when the fault began
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +144,8 @@ class Verdict:
             "loss_window": self.loss_window,
             "unavailable": [{"started": w.started, "ended": w.ended, "seconds": w.length, "attempts": w.attempts,
                              "reasons": dict(w.reasons)} for w in self.windows],
-            "recoveries": [{"fault": r.fault.kind, "target": r.fault.target, "started": r.fault.started,
+            "recoveries": [{"fault": r.fault.kind, "target": r.fault.target, "was_leader": r.fault.was_leader,
+                            "started": r.fault.started,
                             "healed": r.fault.healed, "first_ack_after_heal_s": r.first_ack_after_heal,
                             "acked_during": r.acked_during}
                            for r in self.recoveries],

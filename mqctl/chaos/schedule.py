@@ -36,11 +36,14 @@ WARMUP_SECONDS = 3.0  # traffic before the first fault
 DRAIN_SECONDS = 5.0  # no fault starts closer than this to the end
 
 
+LEADER = "leader"  # a target named when the fault begins: the group's master / raft leader then
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedFault:
     at: float  # seconds after the drill started
     kind: str
-    target: str  # a node name
+    target: str  # a node name, or LEADER
     lasts: float
 
     @property
