@@ -36,7 +36,7 @@ MQCTL_MAY_IMPORT = {
     "analyze": {"common"},
     "dump": {"common"},
     "bench": {"common", "nodes", "admin", "analyze", "top"},
-    "chaos": {"common", "nodes", "admin"},
+    "chaos": {"common", "nodes", "admin", "hosts"},
 }
 MODULE_LINES_MAX = 500
 

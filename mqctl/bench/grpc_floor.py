@@ -18,10 +18,10 @@ from typing import Annotated
 
 import typer
 
-from mqctl.bench.rmq5 import client_env
 from mqctl.bench.runs import machine, run_workers
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput
+from mqctl.common.rmq5_client import client_env
 from mqctl.nodes.port_holders import free_port
 from mqctl.nodes.processes import cpu_seconds
 

@@ -11,11 +11,8 @@ process's CPU per message is read from /proc beside the throughput.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -25,23 +22,9 @@ from mqctl.bench.runs import machine, run_workers
 from mqctl.common.context import load, namesrv_addresses
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput, help_text
+from mqctl.common.rmq5_client import client_env
 
 Run = dict[str, object]
-REPO = Path(__file__).resolve().parents[2]
-
-
-def client_path() -> Path:
-    """Where ``make install`` puts rocketmq-python-client (its package is named ``rocketmq``,
-    as the C++ client's is, so it stays out of the venv's site-packages)."""
-    return Path(sys.prefix) / "clients" / "rocketmq5"
-
-
-def client_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """``env`` (else this process's) with the 5.x client first on PYTHONPATH."""
-    folder = client_path()
-    if not (folder / "rocketmq" / "v5").is_dir():
-        raise CliError(f"the RocketMQ 5 client is not installed in {folder}: run `make install`")
-    return dict(os.environ if env is None else env, PYTHONPATH=f"{folder}{os.pathsep}{REPO}")
 
 
 def _grpc_endpoint(config: Config, proxy: str | None) -> tuple[str, str]:

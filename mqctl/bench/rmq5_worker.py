@@ -1,6 +1,6 @@
 """A benchmark client process driving the official RocketMQ 5 Python client:
 ``python -m mqctl.bench.rmq5_worker JSON_ARGS``, with the client's folder first on PYTHONPATH
-(see :func:`mqctl.bench.rmq5.client_env`).
+(see :func:`mqctl.common.rmq5_client.client_env`).
 
 The same protocol as ``mqctl.bench.worker``: ``ready`` once started, then ``go`` on stdin, then
 one JSON result (count, bytes, elapsed, sampled latencies in ms, this process's CPU seconds).

@@ -2,7 +2,7 @@
 unchanged), through a proxy's gRPC door: ``python -m mqctl.chaos.rmq5_worker JSON``, the
 arguments of :mod:`mqctl.chaos.worker` with ``endpoints`` (the door) for ``namesrv``.
 
-It runs with the 5.x client first on PYTHONPATH (:func:`mqctl.bench.rmq5.client_env`): that
+It runs with the 5.x client first on PYTHONPATH (:func:`mqctl.common.rmq5_client.client_env`): that
 package is named ``rocketmq`` too. A producer runs a thread per stream, each sending one
 message after another (the proxy picks the queue: these streams are not FIFO). Its receipt's
 queue is the one the client picked, not the one the proxy stored the message in (RocketMQ's

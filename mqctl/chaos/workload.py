@@ -29,6 +29,7 @@ from typing import IO
 
 from mqctl.chaos.history import Delivery, SendAttempt
 from mqctl.chaos.journal import JournalReader
+from mqctl.common.rmq5_client import client_env, client_path
 
 TOPIC = "ChaosDrill"
 TOPIC5 = "ChaosDrill5"
@@ -78,7 +79,6 @@ class WorkerSpec:
 
 def missing_clients(clients: tuple[str, ...]) -> dict[str, str]:
     """Of ``clients``, those not installed here, with why."""
-    from mqctl.bench.rmq5 import client_path
     out = {}
     if "cpp" in clients and importlib.util.find_spec("rocketmq") is None:
         out["cpp"] = "the stock C++ client (PyPI rocketmq 0.4.4) is not installed: make install adds it"
@@ -145,7 +145,6 @@ class Workload:
 
     def start(self, role: str) -> None:
         """Start the workers of ``role`` and wait until each says it is ready (blocking)."""
-        from mqctl.bench.rmq5 import client_env
         started = []
         for spec in (s for s in self.specs if s.role == role):
             journal = self.directory / f"{spec.name}.jsonl"

@@ -28,7 +28,7 @@ import time
 
 def client_env(env: dict[str, str]) -> dict[str, str]:
     """``env`` with the 5.x client (installed by the Makefile) first on PYTHONPATH."""
-    from mqctl.bench.rmq5 import client_env as with_client
+    from mqctl.common.rmq5_client import client_env as with_client
     return with_client(env)
 
 
@@ -258,7 +258,7 @@ def produce_many(endpoints: str, topic: str, options: dict) -> None:
     producer.shutdown()
 
 
-def Producer5(*args):  # noqa: N802 - the client's class, imported late (its package shadows the C++ one)
+def Producer5(*args):
     from rocketmq import Producer
     return Producer(*args)
 
