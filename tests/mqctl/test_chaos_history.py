@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from mqctl.chaos.history import Delivery, FaultSpan, SendAttempt, check_history, unavailability
-from mqctl.chaos.schedule import DRAIN_SECONDS, WARMUP_SECONDS, parse_faults, plan_faults
 from mqctl.chaos.reasons import why_not_acknowledged
+from mqctl.chaos.schedule import DRAIN_SECONDS, WARMUP_SECONDS, parse_faults, plan_faults
 
 
 def ok(key: str, at: float, queue: str = "broker-a/0", offset: int = 0) -> SendAttempt:
@@ -120,3 +120,51 @@ def test_fault_kinds_are_checked():
     for bad in ("", "kill,flood"):
         with pytest.raises(ValueError, match="faults must be"):
             parse_faults(bad)
+
+
+def test_fifo_streams_must_be_acknowledged_in_send_order_per_queue():
+    q = "ChaosDrill@broker-a/3"
+    sends = [SendAttempt("p.0.0", 1.0, 1.1, "ok", q, 10, producer="p"),
+             SendAttempt("p.0.1", 1.1, 1.2, "ok", q, 11, producer="p"),
+             SendAttempt("p.0.2", 1.2, 1.3, "unknown", producer="p"),  # not acknowledged: not judged
+             SendAttempt("p.0.3", 1.3, 1.4, "ok", q, 9, producer="p"),  # below 11: out of send order
+             SendAttempt("p.1.0", 1.0, 1.1, "ok", q, 12, producer="p"),  # another stream, its own order
+             SendAttempt("b.b.0", 1.0, 1.1, "ok", q, 1, producer="b"),  # not a FIFO producer
+             SendAttempt("b.b.1", 1.1, 1.2, "ok", q, 0, producer="b")]
+    stored = sorted((a for a in sends if a.outcome == "ok"), key=lambda a: a.queue_offset)
+    deliveries = [Delivery(a.key, q, a.queue_offset, 5.0) for a in stored]  # read back in queue order
+    verdict = check_history(sends, deliveries, fifo_producers=["p"])
+    assert verdict.fifo_broken == ["p.0.3"]
+    assert verdict.broken_promises(loss_allowed=False) == ["1 FIFO message(s) acknowledged out of send order"]
+    assert verdict.broken_promises(loss_allowed=True) == []
+
+
+def test_order_is_judged_per_orderly_consumer_and_queue_and_counted_per_queue():
+    q0, q1 = "T@broker-a/0", "T@broker-a/1"
+    sends = [ok(f"k{i}", i, q0, i) for i in range(4)] + [ok("m0", 1, q1, 0)]
+    deliveries = [Delivery("k0", q0, 0, 1, "a"), Delivery("k2", q0, 2, 2, "a"),
+                  Delivery("k1", q0, 1, 3, "b"),  # another consumer (a rebalance): its own stream, in order
+                  Delivery("k3", q0, 3, 4, "b"), Delivery("m0", q1, 0, 4, "a"),
+                  Delivery("k1", q0, 1, 5, "a"),  # consumer a: below 2, first time for it -> reordered
+                  Delivery("k0", q0, 0, 6, "p", ordered=False), Delivery("k3", q0, 3, 5, "p", ordered=False),
+                  Delivery("k2", q0, 2, 7, "p", ordered=False)]  # a POP consumer promises no order
+    verdict = check_history(sends, deliveries)
+    assert verdict.reordered == ["k1"]
+    assert verdict.broken_promises(loss_allowed=False) == ["1 message(s) delivered out of queue order"]
+    assert verdict.per_queue[q0] == {"acknowledged": 4, "delivered": 8, "duplicated": 4, "reordered": 1}
+    assert verdict.per_queue[q1] == {"acknowledged": 1, "delivered": 1}
+
+
+def test_a_send_whose_client_was_not_told_the_queue_is_judged_for_loss_not_for_its_place():
+    sends = [SendAttempt("five.s0.0", 1.0, 1.1, "ok"), SendAttempt("five.s0.1", 1.1, 1.2, "ok")]
+    verdict = check_history(sends, [Delivery("five.s0.0", "T5@broker-a/2", 7, 2.0, "c", ordered=False)])
+    assert verdict.moved == [] and verdict.lost == ["five.s0.1"]
+    assert verdict.per_queue["(not told)"] == {"acknowledged": 2, "lost": 1}
+
+
+def test_a_failure_among_acknowledgements_is_no_unavailability_window():
+    sends = [ok("a", 1.0), SendAttempt("b", 1.0, 1.05, "unknown", why="no route"), ok("c", 1.1),
+             SendAttempt("d", 2.0, 3.0, "unknown", why="timeout"), ok("e", 3.5)]
+    verdict = check_history(sends, [])
+    assert [(w.started, w.ended) for w in verdict.windows] == [(2.0, 3.5)]
+    assert dict(verdict.reasons) == {"no route": 1, "timeout": 1}

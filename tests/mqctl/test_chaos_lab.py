@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mqctl.chaos.commands import print_report
+from mqctl.chaos.report import print_report
 from mqctl.hosts.faults import nft_missing
 from mqctl.hosts.lab import unavailable
 
