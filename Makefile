@@ -65,13 +65,14 @@ test-long: install
 	$(BIN)/python -m pytest --durations=30 -m drill
 
 # The drills across a lab in full: every fault kind, 5 minutes each, for sync and dledger, at
-# 2,400 msgs/s offered, every figure printed (about 100 minutes).
+# 2,400 msgs/s offered, every figure printed and each report kept in drill-results/ (about 100 minutes).
 drills: install
-	MQCTL_DRILL_SECONDS=300 $(BIN)/python -m pytest -s --durations=30 -m drill tests/mqctl/test_chaos_lab.py
+	mkdir -p drill-results
+	MQCTL_DRILL_SECONDS=300 MQCTL_DRILL_RESULTS=$(CURDIR)/drill-results $(BIN)/python -m pytest -s --durations=30 -m drill tests/mqctl/test_chaos_lab.py
 
 bench: install
 	$(BIN)/mqctl bench store
 
 clean:
 	-$(BIN)/mqctl stop --force
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) data drill-results .pytest_cache

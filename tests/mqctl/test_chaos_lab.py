@@ -91,6 +91,8 @@ def test_each_fault_kind_across_hosts_under_load(mode, kind, tmp_path, subproces
                   "--seed", "1", "--rate", str(FULL_RATE), timeout=SECONDS + 420)
     assert found["net"].startswith("lab ") and found["rate_offered"] >= 2000
     assert found["injected"] and {f["kind"] for f in found["injected"]} == {kind}
+    if os.environ.get("MQCTL_DRILL_RESULTS"):  # make drills keeps each report for docs/reliability.md
+        Path(os.environ["MQCTL_DRILL_RESULTS"], f"{mode}-{kind}.json").write_text(json.dumps(found))
     assert_promises_kept(found, {"ours", "cpp", "rmq5"})
     if mode == "sync" and kind == "partition":
         # a sync master acknowledges nothing its slave has not got: no send started while the

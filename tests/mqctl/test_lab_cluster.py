@@ -27,9 +27,9 @@ def free_lab_number() -> int:
     raise AssertionError("no free lab number")
 
 
-def lab_conf(number: int, proxy: bool = False) -> str:
+def lab_conf(number: int, proxy: bool = False, acl: str = "") -> str:
     """conf.toml of lab ``number``: a name server (.10), a sync pair of broker-a (.11, .12) and,
-    with ``proxy``, a proxy with a gRPC door (.13)."""
+    with ``proxy``, a proxy with a gRPC door (.13); ``acl``: the body of an [acl] table."""
     net = f"10.231.{number}"
     text = f"""[cluster]
 name = "LabCluster"
@@ -51,6 +51,7 @@ name = "broker-a"
 id = 1
 listen = "{net}.12:10911"
 """
+    text += f"[acl]\n{acl}\n" if acl else ""
     return text + (f'[[proxies]]\nname = "proxy1"\nlisten = "{net}.13:8081"\ngrpc_listen = "{net}.13:8091"\n'
                    if proxy else "")
 
