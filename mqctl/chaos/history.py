@@ -17,10 +17,10 @@ The verdict, as RocketMQ users would judge it:
   twice whose acknowledged copy is delivered is a duplicate.)
 - **duplicated**: delivered more than once. RocketMQ delivers at least once (a rebalance or a
   consumer restart redelivers from the last committed offset): reported, allowed.
-- **reordered**: a message a consumer got for the first time after one of the same queue with a
-  higher queue offset (skipped, then delivered later), judged per consumer and queue for
-  consumers that promise queue order (push consumers; a POP consumer does not). A broken promise
-  where loss is one.
+- **reordered**: a message the group got for the first time after one of the same queue with a
+  higher queue offset (skipped, then delivered later), in time order, for consumers that
+  promise queue order (orderly push consumers; a POP consumer does not). A broken promise where
+  loss is one.
 - **FIFO broken**: a FIFO stream's messages (sent to one queue, an answer before the next send,
   keys ``<producer>.<stream>.<n>``) acknowledged at queue offsets that do not rise in send order.
   A broken promise where loss is one.
@@ -71,9 +71,10 @@ class FaultSpan:
 
     kind: str
     target: str
-    started: float
-    healed: float
+    started: float  # in force from here (its injection done)
+    healed: float  # healed by here (the heal done: a killed node serves again)
     was_leader: bool = False  # the target was the group's master / raft leader when the fault began
+    heal_began: float | None = None  # the heal started here (None: at ``healed``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,21 +192,22 @@ def check_history(attempts: Sequence[SendAttempt], deliveries: Sequence[Delivery
 
 
 def _reordered(deliveries: Iterable[Delivery]) -> list[str]:
-    """Keys a consumer got for the first time after a message of the same queue with a higher
-    queue offset: a message skipped and delivered later. A consumer reading again from an
-    earlier offset (a restart, a rebalance) only redelivers, and is counted under duplicates."""
-    highest: dict[tuple[str, str], int] = {}
-    first_time: set[tuple[str, str]] = set()
+    """Keys delivered for the first time (by any consumer of the group) after a message of the
+    same queue with a higher queue offset: a message skipped and delivered later. Deliveries are
+    taken in time order; a consumer reading again from an earlier offset (a restart, a rebalance,
+    a committed offset that was lost with a master) only redelivers what the group already got,
+    and is counted under duplicates. Consumers that promise no order (POP) are not judged."""
+    highest: dict[str, int] = {}
+    first_time: set[str] = set()
     out = []
-    for d in deliveries:
-        if not d.ordered or (d.consumer, d.key) in first_time:
+    for d in sorted((d for d in deliveries if d.ordered), key=lambda d: d.at):
+        if d.key in first_time:
             continue
-        first_time.add((d.consumer, d.key))
-        stream = (d.consumer, d.queue)
-        top = highest.get(stream, -1)
+        first_time.add(d.key)
+        top = highest.get(d.queue, -1)
         if d.queue_offset < top:
             out.append(d.key)
-        highest[stream] = max(top, d.queue_offset)
+        highest[d.queue] = max(top, d.queue_offset)
     return out
 
 
@@ -274,6 +276,9 @@ def _counted(whys: Iterable[str]) -> tuple[tuple[str, int], ...]:
 
 
 def _recovery(fault: FaultSpan, attempts: Sequence[SendAttempt]) -> Recovery:
+    """Sends acknowledged while the fault was in force (started after it was injected, answered
+    before its heal began), and the first acknowledgement after the heal."""
+    until = fault.healed if fault.heal_began is None else fault.heal_began
     after = [a.ended for a in attempts if a.outcome == "ok" and a.ended >= fault.healed]
-    during = sum(1 for a in attempts if a.outcome == "ok" and fault.started <= a.started and a.ended <= fault.healed)
+    during = sum(1 for a in attempts if a.outcome == "ok" and fault.started <= a.started and a.ended <= until)
     return Recovery(fault, min(after) - fault.healed if after else None, during)

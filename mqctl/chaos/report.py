@@ -48,6 +48,7 @@ def report(cluster: DrillCluster, seed: int, kinds: tuple[str, ...], seconds: fl
             "clients": [{"name": s.name, "client": s.client, "role": s.role, "topic": s.topic, "group": s.group,
                          "rate": round(s.rate, 1)} for s in specs],
             "injected": [{"kind": s.kind, "target": s.target, "was_leader": s.was_leader, "started": s.started,
+                          "heal_began": s.heal_began,
                           "healed": s.healed} for s in spans],
             "leaders": [{"at": t, "node": n} for t, n in leaders],
             **verdict.summary(), "loss_allowed": loss_allowed,

@@ -165,11 +165,13 @@ async def inject(cluster: DrillCluster, fault: PlannedFault, t0: float, leaders:
         else:
             await trio.to_thread.run_sync(step, target)
 
-    began = round(time.time() - t0, 3)
     await do(hurt)
+    began = round(time.time() - t0, 3)  # in force from here: an nft rule or a restart takes a moment
     await trio.sleep(fault.lasts)
+    heal_began = round(time.time() - t0, 3)
     await do(heal)
-    return FaultSpan(fault.kind, target, began, round(time.time() - t0, 3), was_leader=target == current)
+    return FaultSpan(fault.kind, target, began, round(time.time() - t0, 3), heal_began=heal_began,
+                     was_leader=target == current)
 
 
 async def drain(workload: Workload, quiet_s: float) -> None:

@@ -87,8 +87,10 @@ def _bench_replication(tmp_path, subprocess_env, setups: str) -> dict:
     return result
 
 
-def test_bench_replication_runs_the_pairs_and_a_raft_group_by_role(tmp_path, subprocess_env):
-    result = _bench_replication(tmp_path, subprocess_env, "async,sync,dledger")
+def test_bench_replication_runs_the_pairs_by_role(tmp_path, subprocess_env):
+    # make test's form: the pairs (the raft group is in the slow form below; make test is near
+    # its 10 minutes)
+    result = _bench_replication(tmp_path, subprocess_env, "async,sync")
     assert result["sync_to_async"] > 0 and "async_to_single" not in result
 
 
@@ -119,12 +121,12 @@ def test_bench_consume_compares_sql92_with_tags_and_says_when_filtering_is_off(t
     (tmp_path / "on").mkdir()
     (tmp_path / "off").mkdir()
     with running_cluster(tmp_path / "on", subprocess_env, broker="enable_property_filter = true") as cluster:
-        out = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "300", "--rounds", "2", "--json",
+        out = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "150", "--rounds", "2", "--json",
                             timeout=300)
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout)
         assert result["same_messages"] is True and result["rounds"] == 2
-        assert {mode: row["delivered"] for mode, row in result["median"].items()} == {"all": 300, "tag": 30, "sql": 30}
+        assert {mode: row["delivered"] for mode, row in result["median"].items()} == {"all": 150, "tag": 15, "sql": 15}
         for mode, rows in result["runs"].items():
             assert len(rows) == 2 and all(r["scanned_per_s"] > 0 for r in rows), mode
             assert set(rows[0]["cpu_us_per_entry"]) == {"ns1", "broker-a-0", "clients"}

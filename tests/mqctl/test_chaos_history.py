@@ -139,20 +139,28 @@ def test_fifo_streams_must_be_acknowledged_in_send_order_per_queue():
     assert verdict.broken_promises(loss_allowed=True) == []
 
 
-def test_order_is_judged_per_orderly_consumer_and_queue_and_counted_per_queue():
+def test_order_is_judged_over_the_groups_orderly_consumers_in_time_and_counted_per_queue():
     q0, q1 = "T@broker-a/0", "T@broker-a/1"
-    sends = [ok(f"k{i}", i, q0, i) for i in range(4)] + [ok("m0", 1, q1, 0)]
-    deliveries = [Delivery("k0", q0, 0, 1, "a"), Delivery("k2", q0, 2, 2, "a"),
-                  Delivery("k1", q0, 1, 3, "b"),  # another consumer (a rebalance): its own stream, in order
-                  Delivery("k3", q0, 3, 4, "b"), Delivery("m0", q1, 0, 4, "a"),
-                  Delivery("k1", q0, 1, 5, "a"),  # consumer a: below 2, first time for it -> reordered
-                  Delivery("k0", q0, 0, 6, "p", ordered=False), Delivery("k3", q0, 3, 5, "p", ordered=False),
-                  Delivery("k2", q0, 2, 7, "p", ordered=False)]  # a POP consumer promises no order
-    verdict = check_history(sends, deliveries)
-    assert verdict.reordered == ["k1"]
+    sends = [ok(f"k{i}", i, q0, i) for i in range(6)] + [ok("m0", 1, q1, 0)]
+    deliveries = [Delivery("k0", q0, 0, 1, "a"), Delivery("k1", q0, 1, 2, "a"), Delivery("k2", q0, 2, 3, "a"),
+                  # the queue moves to b, which starts from an older committed offset: redeliveries
+                  Delivery("k1", q0, 1, 4, "b"), Delivery("k2", q0, 2, 5, "b"), Delivery("k3", q0, 3, 6, "b"),
+                  Delivery("k5", q0, 5, 7, "b"),  # k4 skipped ...
+                  Delivery("m0", q1, 0, 7.5, "b"),
+                  Delivery("k4", q0, 4, 8, "a"),  # ... and delivered after k5: reordered
+                  # a POP consumer promises no order; the journal's rows need not be in time order
+                  Delivery("k3", q0, 3, 6.5, "p", ordered=False), Delivery("k0", q0, 0, 9, "p", ordered=False)]
+    verdict = check_history(sends, deliveries[::-1])
+    assert verdict.reordered == ["k4"]
     assert verdict.broken_promises(loss_allowed=False) == ["1 message(s) delivered out of queue order"]
-    assert verdict.per_queue[q0] == {"acknowledged": 4, "delivered": 8, "duplicated": 4, "reordered": 1}
+    assert verdict.per_queue[q0] == {"acknowledged": 6, "delivered": 10, "duplicated": 4, "reordered": 1}
     assert verdict.per_queue[q1] == {"acknowledged": 1, "delivered": 1}
+
+
+def test_a_send_is_acknowledged_during_a_fault_only_between_its_injection_and_the_start_of_its_heal():
+    sends = [ok("before", 1.05), SendAttempt("during", 1.2, 1.5, "ok"), SendAttempt("healing", 2.6, 2.9, "ok")]
+    verdict = check_history(sends, [], [FaultSpan("partition", "broker-a-1", 1.1, 3.0, heal_began=2.5)])
+    assert verdict.recoveries[0].acked_during == 1 and verdict.recoveries[0].first_ack_after_heal is None
 
 
 def test_a_send_whose_client_was_not_told_the_queue_is_judged_for_loss_not_for_its_place():
