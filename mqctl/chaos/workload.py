@@ -22,6 +22,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,7 @@ class Workload:
         self.running: list[Running] = []
         self.attempts: list[SendAttempt] = []
         self.deliveries: list[Delivery] = []
+        self._collecting = threading.Lock()
 
     def start(self, role: str) -> None:
         """Start the workers of ``role`` and wait until each says it is ready (blocking)."""
@@ -164,7 +166,13 @@ class Workload:
                 raise WorkerFailed(f"{run.spec.name} did not start: {tail(self.directory / f'{run.spec.name}.log')}")
 
     def collect(self) -> int:
-        """Read what the journals gained; the number of rows read."""
+        """Read what the journals gained; the number of rows read. One caller at a time (a
+        lock: the drill's loop and the thread stopping the workers both collect), else two
+        reads from the same place would record every row twice."""
+        with self._collecting:
+            return self._collect()
+
+    def _collect(self) -> int:
         read = 0
         for run in self.running:
             for row in run.journal.read_new():

@@ -5,6 +5,7 @@ are tests/mqctl/test_chaos_lab.py)."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -73,3 +74,34 @@ def test_the_timeline_counts_each_second_and_its_latency(tmp_path):
     saved = json.loads((tmp_path / "r" / "history.json").read_text())
     assert saved["faults"][0]["was_leader"] and saved["leaders"][1] == {"at": 2.0, "node": "broker-a-1"}
     assert (tmp_path / "r" / "journals" / "ours-p0.jsonl").read_text() == "[]\n"
+
+
+def test_journals_collected_from_two_threads_at_once_record_each_row_once(tmp_path):
+    # found in a drill: the thread stopping the workers and the drill's loop both collected, and
+    # rows read twice showed as FIFO streams out of send order and as duplicates
+    from mqctl.chaos.workload import Running, Workload, WorkerSpec
+
+    path = tmp_path / "p.jsonl"
+    writer = JournalWriter(path, t0=0.0)
+    workload = Workload([], DOORS, tmp_path, 0.0)
+    workload.running.append(Running(WorkerSpec("p", "ours", "produce", TOPIC, PUSH_GROUP), None, JournalReader(path),
+                                    None))  # type: ignore[arg-type]
+    done = threading.Event()
+
+    def collect() -> None:
+        while not done.is_set():
+            workload.collect()
+
+    threads = [threading.Thread(target=collect) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for i in range(3000):
+        writer.attempt(f"p.0.{i}", i, i, "ok", "T@broker-a/0", i, producer="p")
+        if i % 100 == 0:
+            writer.flush()
+    writer.close()
+    done.set()
+    for t in threads:
+        t.join()
+    workload.collect()
+    assert [a.key for a in workload.attempts] == [f"p.0.{i}" for i in range(3000)]
