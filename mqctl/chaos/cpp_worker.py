@@ -70,6 +70,7 @@ def produce(args: dict[str, Any], journal: JournalWriter, stop: threading.Event)
     stop.wait()
     for t in threads:
         t.join(SEND_TIMEOUT_MS / 1000 + 5)
+    journal.flush()  # before the client's own shutdown, which may hang or crash
     producer.shutdown()
 
 
@@ -85,6 +86,7 @@ def consume(args: dict[str, Any], journal: JournalWriter, stop: threading.Event)
     consumer.start()
     print("ready", flush=True)
     stop.wait()
+    journal.flush()  # before the client's own shutdown, which may hang or crash
     consumer.shutdown()
 
 

@@ -78,6 +78,8 @@ def print_report(r: dict[str, Any]) -> None:
         worst = max(ok, key=lambda row: row["p99_ms"])
         echo(f"  latency of acknowledged sends, per second: p50 {sorted(x['p50_ms'] for x in ok)[len(ok) // 2]} ms "
              f"(median second), worst p99 {worst['p99_ms']} ms at {worst['t']:.0f} s")
+    for name, how in r.get("clients_stopped_uncleanly", {}).items():
+        echo(f"  client {name} stopped uncleanly after the drill: {how}")
     if r["cpu"]:
         echo("  CPU over the load, us per acknowledged message: "
              + ", ".join(f"{name} {c['us_per_ack']}" for name, c in r["cpu"].items()))

@@ -71,6 +71,7 @@ def produce(args: dict[str, Any], journal: JournalWriter, stop: threading.Event)
     stop.wait()
     for t in threads:
         t.join(REQUEST_TIMEOUT_S * 3 + 5)
+    journal.flush()  # before the client's own shutdown, which may hang or crash
     producer.shutdown()
 
 
@@ -88,6 +89,7 @@ def consume(args: dict[str, Any], journal: JournalWriter, stop: threading.Event)
     consumer.startup()
     print("ready", flush=True)
     stop.wait()
+    journal.flush()  # before the client's own shutdown, which may hang or crash
     consumer.shutdown()
 
 

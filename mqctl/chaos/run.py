@@ -92,8 +92,9 @@ async def drill(cluster: DrillCluster, kinds: tuple[str, ...], seconds: float, s
     found["timeline"] = rows = timeline(workload.attempts, seconds)
     found["throughput"] = throughput(rows, spans, seconds)
     found["cpu"] = meter.per_message(sum(int(r["acknowledged"]) for r in rows if r["t"] < seconds))
+    found["clients_stopped_uncleanly"] = workload.unclean
     if died:
-        found["broken_promises"].append("client process(es) died: " + "; ".join(died))
+        found["broken_promises"].append("client process(es) died during the drill: " + "; ".join(died))
     if report_dir is not None:
         write_report(report_dir, {k: v for k, v in found.items() if k != "timeline"}, rows, spans, leaders,
                      [r.journal.path for r in workload.running])

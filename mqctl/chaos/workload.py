@@ -144,6 +144,10 @@ class Workload:
         self.attempts: list[SendAttempt] = []
         self.deliveries: list[Delivery] = []
         self._collecting = threading.Lock()
+        self.told_to_stop: set[str] = set()
+        # workers whose own shutdown failed once told to stop (the stock C++ client's can hang or
+        # crash): reported, not a broken promise; their journals were flushed before it
+        self.unclean: dict[str, str] = {}
 
     def start(self, role: str) -> None:
         """Start the workers of ``role`` and wait until each says it is ready (blocking)."""
@@ -190,6 +194,7 @@ class Workload:
         does not stop in time is killed."""
         runs = [r for r in self.running if r.spec.role == role and r.process.poll() is None]
         for run in runs:
+            self.told_to_stop.add(run.spec.name)
             try:
                 assert run.process.stdin is not None
                 run.process.stdin.write("stop\n")
@@ -203,6 +208,10 @@ class Workload:
             except subprocess.TimeoutExpired:
                 run.process.kill()
                 run.process.wait()
+                self.unclean[run.spec.name] = f"did not stop within {STOP_TIMEOUT_S:.0f} s: killed"
+            else:
+                if run.process.returncode != 0:
+                    self.unclean[run.spec.name] = f"exit {run.process.returncode} while stopping"
         self.collect()
 
     def close(self) -> None:
@@ -216,9 +225,10 @@ class Workload:
         return {r.spec.name: r.process.pid for r in self.running if r.process.poll() is None}
 
     def died(self) -> list[str]:
-        """Workers that ended on their own, with the end of their log."""
-        return [f"{r.spec.name}: {tail(self.directory / f'{r.spec.name}.log')}" for r in self.running
-                if r.process.poll() is not None and r.process.returncode != 0]
+        """Workers that ended on their own before they were told to stop, with the end of their
+        log: the workload lost a client in the middle of the drill."""
+        return [f"{r.spec.name} (exit {r.process.returncode}): {tail(self.directory / f'{r.spec.name}.log')}"
+                for r in self.running if r.spec.name not in self.told_to_stop and r.process.poll() is not None]
 
 
 class WorkerFailed(RuntimeError):
