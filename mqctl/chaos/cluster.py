@@ -98,21 +98,22 @@ def write_drill_config(directory: Path, mode: str) -> tuple[Path, list[Member]]:
         port = ports.take(host, with_next=True)
         members.append(Member(f"{GROUP}-{i}", host, f"{host}:{port}", f"{host}:{ports.take(host)}",
                               f"{host}:{ports.take(host)}"))
+    proxy_port = ports.take(PROXY_HOST, with_next=True)  # its door for broker-a takes the next port
+    path = directory / "conf.toml"
+    namesrv = (f"{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}", f"{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}")
+    path.write_text(drill_settings(mode, "one broker group behind fault proxies")
+                    + drill_nodes(namesrv, members, f"{PROXY_HOST}:{proxy_port}", f"{PROXY_HOST}:{ports.take(PROXY_HOST)}"))
+    return path, members
+
+
+def drill_nodes(namesrv: tuple[str, str], members: list[Member], proxy: str, grpc: str) -> str:
+    """The nodes' tables of a drill's conf.toml: the name server (listen, advertise), the
+    group's members and the proxy with its gRPC door."""
     brokers = "".join(
         f'[[brokers]]\nname = "{GROUP}"\nid = {i}\nlisten = "{m.listen}"\nadvertise = "{m.advertise}"\n'
         f'ha_advertise = "{m.ha_advertise}"\n' for i, m in enumerate(members))
-    proxy_port = ports.take(PROXY_HOST, with_next=True)  # its door for broker-a takes the next port
-    path = directory / "conf.toml"
-    path.write_text(drill_settings(mode, "one broker group behind fault proxies") + f"""[[nameservers]]
-name = "ns1"
-listen = "{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}"
-advertise = "{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}"
-{brokers}[[proxies]]
-name = "proxy1"
-listen = "{PROXY_HOST}:{proxy_port}"
-grpc_listen = "{PROXY_HOST}:{ports.take(PROXY_HOST)}"
-""")
-    return path, members
+    return (f'[[nameservers]]\nname = "ns1"\nlisten = "{namesrv[0]}"\nadvertise = "{namesrv[1]}"\n{brokers}'
+            f'[[proxies]]\nname = "proxy1"\nlisten = "{proxy}"\ngrpc_listen = "{grpc}"\n')
 
 
 def drill_settings(mode: str, what: str) -> str:

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mqctl.chaos.cluster import DELAY_MS, GROUP, MEMBERS, DrillCluster, Member, drill_settings
+from mqctl.chaos.cluster import DELAY_MS, GROUP, MEMBERS, DrillCluster, Member, drill_nodes, drill_settings
 from mqctl.hosts.faults import Faults
 from mqctl.hosts.lab import Lab
 from mqctl.hosts.placement import CLIENT_HOST, CLIENT_OCTET
@@ -54,20 +54,12 @@ def write_lab_config(directory: Path, mode: str, number: int, delayed: bool) -> 
         step = DELAY_PORT_STEP if delayed else 0
         members.append(Member(f"{GROUP}-{i}", host, f"{host}:{BROKER_PORT}", f"{host}:{BROKER_PORT + step}",
                               f"{host}:{BROKER_PORT + 1 + step}"))
-    brokers = "".join(
-        f'[[brokers]]\nname = "{GROUP}"\nid = {i}\nlisten = "{m.listen}"\nadvertise = "{m.advertise}"\n'
-        f'ha_advertise = "{m.ha_advertise}"\n' for i, m in enumerate(members))
     path = directory / "conf.toml"
     text = drill_settings(mode, f"one broker group, a host each in lab {number}").replace(
         'data_dir = "data"\n', f'data_dir = "data"\nlab = {number}\n')
-    path.write_text(text + f"""[[nameservers]]
-name = "ns1"
-listen = "{net}.{NAMESRV_OCTET}:{NAMESRV_PORT}"
-{brokers}[[proxies]]
-name = "proxy1"
-listen = "{net}.{PROXY_OCTET}:{PROXY_PORT}"
-grpc_listen = "{net}.{PROXY_OCTET}:{GRPC_PORT}"
-""")
+    namesrv = f"{net}.{NAMESRV_OCTET}:{NAMESRV_PORT}"
+    path.write_text(text + drill_nodes((namesrv, namesrv), members, f"{net}.{PROXY_OCTET}:{PROXY_PORT}",
+                                       f"{net}.{PROXY_OCTET}:{GRPC_PORT}"))
     return path, members
 
 
