@@ -19,7 +19,7 @@ from typing import Any
 from rocketmq.client import Message, Producer, PushConsumer, SendStatus  # type: ignore[import-untyped]
 
 from mqctl.chaos.journal import JournalWriter, queue_label
-from mqctl.chaos.thread_worker import run_worker
+from mqctl.chaos.thread_worker import run_streams, run_worker, shut_down
 
 SEND_TIMEOUT_MS = 3000
 
@@ -64,14 +64,8 @@ def produce(args: dict[str, Any], journal: JournalWriter, stop: threading.Event)
             else:
                 journal.attempt(key, started, journal.now(), "unknown", why=result.status.name, producer=args["name"])
 
-    threads = [threading.Thread(target=stream, args=(s,), daemon=True) for s in range(args["streams"])]
-    for t in threads:
-        t.start()
-    stop.wait()
-    for t in threads:
-        t.join(SEND_TIMEOUT_MS / 1000 + 5)
-    journal.flush()  # before the client's own shutdown, which may hang or crash
-    producer.shutdown()
+    run_streams(stream, args["streams"], stop, SEND_TIMEOUT_MS / 1000 + 5)
+    shut_down(stop, journal, producer.shutdown)
 
 
 def consume(args: dict[str, Any], journal: JournalWriter, stop: threading.Event) -> None:
@@ -85,9 +79,7 @@ def consume(args: dict[str, Any], journal: JournalWriter, stop: threading.Event)
     consumer.subscribe(args["topic"], on_message, "*")
     consumer.start()
     print("ready", flush=True)
-    stop.wait()
-    journal.flush()  # before the client's own shutdown, which may hang or crash
-    consumer.shutdown()
+    shut_down(stop, journal, consumer.shutdown)
 
 
 if __name__ == "__main__":

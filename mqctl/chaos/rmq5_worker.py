@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from mqctl.chaos.journal import JournalWriter, queue_label
-from mqctl.chaos.thread_worker import run_worker
+from mqctl.chaos.thread_worker import run_streams, run_worker, shut_down
 
 REQUEST_TIMEOUT_S = 3
 
@@ -65,14 +65,8 @@ def produce(args: dict[str, Any], journal: JournalWriter, stop: threading.Event)
                 continue
             journal.attempt(key, started, journal.now(), "ok", producer=args["name"])
 
-    threads = [threading.Thread(target=stream, args=(k,), daemon=True) for k in range(streams)]
-    for t in threads:
-        t.start()
-    stop.wait()
-    for t in threads:
-        t.join(REQUEST_TIMEOUT_S * 3 + 5)
-    journal.flush()  # before the client's own shutdown, which may hang or crash
-    producer.shutdown()
+    run_streams(stream, streams, stop, REQUEST_TIMEOUT_S * 3 + 5)
+    shut_down(stop, journal, producer.shutdown)
 
 
 def consume(args: dict[str, Any], journal: JournalWriter, stop: threading.Event) -> None:
@@ -88,9 +82,7 @@ def consume(args: dict[str, Any], journal: JournalWriter, stop: threading.Event)
                             {args["topic"]: FilterExpression("*")})
     consumer.startup()
     print("ready", flush=True)
-    stop.wait()
-    journal.flush()  # before the client's own shutdown, which may hang or crash
-    consumer.shutdown()
+    shut_down(stop, journal, consumer.shutdown)
 
 
 if __name__ == "__main__":

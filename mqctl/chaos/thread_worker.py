@@ -16,6 +16,24 @@ from mqctl.chaos.journal import FLUSH_S, JournalWriter
 Role = Callable[[dict[str, Any], JournalWriter, threading.Event], None]
 
 
+def run_streams(stream: Callable[[int], None], count: int, stop: threading.Event, join_s: float) -> None:
+    """Run ``stream(0..count-1)`` on a thread each until ``stop``; wait for each to finish its send."""
+    threads = [threading.Thread(target=stream, args=(k,), daemon=True) for k in range(count)]
+    for t in threads:
+        t.start()
+    stop.wait()
+    for t in threads:
+        t.join(join_s)
+
+
+def shut_down(stop: threading.Event, journal: JournalWriter, shutdown: Callable[[], object]) -> None:
+    """Once ``stop`` is set: the journal on disk first, then the client's own shutdown (which
+    may hang or crash)."""
+    stop.wait()
+    journal.flush()
+    shutdown()
+
+
 def run_worker(produce: Role, consume: Role) -> None:
     """Run ``produce`` or ``consume`` (by the ``role`` argument) until stopped, then exit at
     once: these clients leave threads behind after their shutdown."""
