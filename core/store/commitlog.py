@@ -84,13 +84,7 @@ class CommitLog:
         if not files:
             self.write_offset = self.flushed_offset = floor
             return LogRecovery(floor, floor, 0, 0, None)
-        start = files[0].start
-        if checkpoint is not None:
-            start = min(max(checkpoint.commitlog_flushed_offset, files[0].start), files[-1].end)
-        index = next((i for i, f in enumerate(files) if f.start <= start < f.end), len(files) - 1)
-        pos = start - files[index].start
-        if pos >= files[index].size or not is_scan_start(files[index].view, pos, files[index].start):
-            pos = 0
+        index, pos = _scan_start(files, checkpoint)
         scanned_from = files[index].start + pos
         end = scanned_from
         records = 0
@@ -350,3 +344,28 @@ class CommitLog:
 
     def close(self) -> None:
         self.files.close()
+
+
+def _scan_start(files: Sequence[MappedFile], checkpoint: Checkpoint | None) -> tuple[int, int]:
+    """Where recovery scans from: (index in ``files``, position in that file).
+
+    The checkpoint's flushed offset when a record or an end marker begins there. Unwritten space
+    there proves nothing: a slave copies the master's log as bytes, not records, so its flushed
+    offset may fall inside a record whose tail never arrived (RocketMQ's recovery scans whole
+    files for the same reason). The scan then starts at the checkpoint's dispatched offset, which
+    is always a record's start, when it is in the same file and not after; else at the file's start.
+    """
+    if checkpoint is None:
+        return 0, 0
+    start = min(max(checkpoint.commitlog_flushed_offset, files[0].start), files[-1].end)
+    index = next((i for i, f in enumerate(files) if f.start <= start < f.end), len(files) - 1)
+    seg = files[index]
+    pos = start - seg.start
+    if pos >= seg.size or not is_scan_start(seg.view, pos, seg.start):
+        return index, 0
+    if pos == 0 or pos + 8 <= seg.size and record_size(seg.view, pos) != 0:
+        return index, pos  # a segment's start, or a valid record or end marker
+    dispatched = checkpoint.dispatched_offset - seg.start
+    if 0 <= dispatched <= pos and is_scan_start(seg.view, dispatched, seg.start):
+        return index, dispatched
+    return index, 0

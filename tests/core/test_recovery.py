@@ -199,3 +199,32 @@ def test_sigkill_mid_write_loses_no_acknowledged_record(tmp_path, subprocess_env
         items = list(scan_log(root / "commitlog"))
         assert not [d for d in items if isinstance(d, Damage)]
         assert len([r for r in items if isinstance(r, RecordAt)]) >= len(acked)
+
+
+def test_a_flushed_offset_inside_a_record_whose_tail_never_came_is_cut_back_to_the_record(tmp_path, small_store_config):
+    """A slave copies the master's log as bytes: killed mid-copy, its checkpoint's flushed
+    offset can point inside a record whose tail never arrived, with unwritten space after it.
+    Recovery must end at the record's start, not at the flushed offset (which once left the
+    store unable to start: "record size 200 runs past the end of data")."""
+    root = tmp_path / "n"
+    results = fill(root, small_store_config, 100)
+    end = results[-1].phys_offset + results[-1].size
+    seg = segment_path(root, end, small_store_config.segment_size_bytes)
+    torn = bytes(encode_record(msg(999)))[:77]
+    with open(seg, "r+b") as fh:
+        fh.seek(end % small_store_config.segment_size_bytes)
+        fh.write(torn)
+    checkpoint = read_checkpoint(root / "checkpoint")
+    assert checkpoint is not None
+    write_checkpoint(root / "checkpoint", dataclasses.replace(
+        checkpoint, commitlog_flushed_offset=end + 77, dispatched_offset=results[-3].phys_offset))
+    mark_crashed(root)
+    store = MessageStore(root, small_store_config)
+    report = store.open()
+    try:
+        assert report.log.end == end and 0 < report.log.cut_bytes <= 77
+        assert report.log.scanned_from == results[-3].phys_offset  # from the dispatched record, not the segment
+        assert store.max_queue_offset("R", 0) == 50 and store.max_queue_offset("R", 1) == 50
+        assert store.put(msg(100)).phys_offset == end
+    finally:
+        store.close()
