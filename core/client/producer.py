@@ -224,7 +224,7 @@ class Producer:
         self.timeout_s = timeout_s
         self.compress_over_bytes = compress_over_bytes
         self.compression = compression
-        self._ids = UniqKeyGenerator()
+        self._ids = UniqKeyGenerator(runtime.local_ip)
         runtime.producer_groups.add(group)
 
     # ------------------------------------------------------------------ API

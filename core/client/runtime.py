@@ -17,7 +17,7 @@ import trio
 from core.client.route import MessageQueue, TopicRoute, parse_route
 from core.errors import RemotingError
 from core.nursery import open_unwrapped_nursery
-from core.remoting.client import RemotingClient
+from core.remoting.client import RemotingClient, outgoing_host, split_address
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -59,7 +59,8 @@ class ClientRuntime:
             raise ClientError("no name server address given")
         self.nursery = nursery
         self.namesrv = list(namesrv)
-        self.client_id = f"{_local_ip()}@{os.getpid()}#{instance}#{time.time_ns()}"
+        self.local_ip = local_ip_towards(self.namesrv[0])
+        self.client_id = f"{self.local_ip}@{os.getpid()}#{instance}#{time.time_ns()}"
         self.remoting = RemotingClient(nursery, self, credentials=credentials)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         # called with a topic whose route changed (None: the topic is gone): consumers rebalance
@@ -208,10 +209,22 @@ class ClientRuntime:
         self.remoting.close()
 
 
-def _local_ip() -> str:
+def local_ip_towards(address: str) -> str:
+    """This host's address as ``address`` sees it: the source the kernel picks for a route there
+    (a UDP socket's connect sends nothing), so message ids and the client id carry the client
+    host's address on whatever network it shares with the name server, 127.0.0.1 on loopback.
+    (RocketMQ takes the first site-local address of any interface, which on a host with several
+    networks may be one the brokers never see.)"""
+    chosen = outgoing_host()
+    if chosen:
+        return chosen
     try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
+        host, port = split_address(address)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return str(probe.getsockname()[0])
+    except (OSError, ValueError):
         return "127.0.0.1"
 
 

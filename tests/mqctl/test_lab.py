@@ -53,6 +53,11 @@ def test_hosts_talk_over_the_bridge_and_partitions_loss_and_rates_apply_and_heal
             return done.returncode == 0
 
         assert reaches("b") and reaches("c") and reaches("a")
+        # a client on b names itself by b's address on the bridge (its message ids carry it)
+        named = subprocess.run(lab.command("b", [sys.executable, "-c", "from core.client.runtime import "
+                                                 f"local_ip_towards; print(local_ip_towards('{a}:9876'))"]),
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+        assert named == lab.host("b").address
         faults = Faults(lab)
         faults.partition("a", "b")
         assert not reaches("b") and reaches("c")
