@@ -75,6 +75,7 @@ class FaultSpan:
     healed: float  # healed by here (the heal done: a killed node serves again)
     was_leader: bool = False  # the target was the group's master / raft leader when the fault began
     heal_began: float | None = None  # the heal started here (None: at ``healed``)
+    heal_failed: str | None = None  # why the heal failed (a killed node that did not start again)
 
 
 @dataclass(frozen=True, slots=True)

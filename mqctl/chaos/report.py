@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import typer
@@ -47,12 +48,11 @@ def report(cluster: DrillCluster, seed: int, kinds: tuple[str, ...], seconds: fl
             "rate_offered": rate,
             "clients": [{"name": s.name, "client": s.client, "role": s.role, "topic": s.topic, "group": s.group,
                          "rate": round(s.rate, 1)} for s in specs],
-            "injected": [{"kind": s.kind, "target": s.target, "was_leader": s.was_leader, "started": s.started,
-                          "heal_began": s.heal_began,
-                          "healed": s.healed} for s in spans],
+            "injected": [dataclasses.asdict(s) for s in spans],
             "leaders": [{"at": t, "node": n} for t, n in leaders],
             **verdict.summary(), "loss_allowed": loss_allowed,
-            "broken_promises": verdict.broken_promises(loss_allowed)}
+            "broken_promises": [f"{s.kind} of {s.target} never healed: {s.heal_failed.splitlines()[0]}" for s in spans
+                                if s.heal_failed] + verdict.broken_promises(loss_allowed)}
 
 
 def print_report(r: dict[str, Any]) -> None:
@@ -67,7 +67,8 @@ def print_report(r: dict[str, Any]) -> None:
         echo(f"  client {c['name']:<8} {c['client']:<4} {c['role']:<7} {c['topic']:<11} {c['group']:<10} {did}")
     for s in r["injected"]:
         leader = " (master/leader)" if s["was_leader"] else ""
-        echo(f"  {s['started']:7.2f} s  {s['kind']:<9} {s['target'] + leader:<28} healed at {s['healed']:.2f} s")
+        echo(f"  {s['started']:7.2f} s  {s['kind']:<9} {s['target'] + leader:<28} "
+             + (f"NOT healed: {s['heal_failed']}" if s.get("heal_failed") else f"healed at {s['healed']:.2f} s"))
     echo(f"sends: {r['attempts']} attempted, {r['acknowledged']} acknowledged, {r['unknown']} unknown, "
          f"{r['failed']} refused; deliveries: {r['delivered']}")
     t = r["throughput"]

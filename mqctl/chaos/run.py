@@ -69,7 +69,11 @@ async def drill(cluster: DrillCluster, kinds: tuple[str, ...], seconds: float, s
                     await trio.sleep_until(started + fault.at)
                     spans.append(await inject(cluster, fault, t0, leaders))
                     if bar is not None:
-                        bar.note(f"{spans[-1].started:7.2f} s  {spans[-1].kind} of {spans[-1].target}, healed")
+                        bar.note(f"{spans[-1].started:7.2f} s  {spans[-1].kind} of {spans[-1].target}, "
+                                 + (f"NOT healed: {spans[-1].heal_failed.splitlines()[0]}" if spans[-1].heal_failed
+                                    else "healed"))
+                    if spans[-1].heal_failed:
+                        break  # no more faults on a broken cluster; the load runs its time
                 await trio.sleep_until(started + seconds)
                 meter.end(cluster.pids() | workload.pids())
                 await trio.to_thread.run_sync(workload.stop, "produce")
@@ -170,9 +174,13 @@ async def inject(cluster: DrillCluster, fault: PlannedFault, t0: float, leaders:
     began = round(time.time() - t0, 3)  # in force from here: an nft rule or a restart takes a moment
     await trio.sleep(fault.lasts)
     heal_began = round(time.time() - t0, 3)
-    await do(heal)
+    failed = None
+    try:
+        await do(heal)
+    except CliError as exc:  # a node that does not come back is the drill's finding, not its end
+        failed = str(exc)
     return FaultSpan(fault.kind, target, began, round(time.time() - t0, 3), heal_began=heal_began,
-                     was_leader=target == current)
+                     was_leader=target == current, heal_failed=failed)
 
 
 async def drain(workload: Workload, quiet_s: float) -> None:

@@ -14,6 +14,7 @@ its Agg backend: a file, no display.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections import defaultdict
@@ -62,9 +63,7 @@ def write_report(directory: Path, report: dict[str, Any], rows: list[dict[str, f
             shutil.copyfile(path, directory / "journals" / path.name)
     (directory / "history.json").write_text(json.dumps(
         {"report": report, "timeline": rows, "leaders": [{"at": t, "node": n} for t, n in leaders],
-         "faults": [{"kind": s.kind, "target": s.target, "was_leader": s.was_leader, "started": s.started,
-                          "heal_began": s.heal_began,
-                     "healed": s.healed} for s in spans]},
+         "faults": [dataclasses.asdict(s) for s in spans]},
         indent=1))
     draw(directory / "timeline.png", report, rows, spans, leaders)
 

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,36 @@ def test_bad_arguments_are_one_clear_line(tmp_path, subprocess_env):
                        (["--net", "loopback", "--faults", "loss"], "loss need a lab")):
         done = chaos(*args, env=subprocess_env, timeout=60)
         assert done.returncode != 0 and said in done.stderr, (args, done.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.drill
+def test_a_node_that_does_not_come_back_is_a_broken_promise_with_the_figures(tmp_path, subprocess_env):
+    """A killed node whose store refuses to open again (here a logfloor file the test writes
+    once both members serve) ends the faults, not the drill: the report names the node and why,
+    and the figures up to the end are there."""
+    drill = tmp_path / "drill"
+    stores = [drill / "data" / f"broker-a-{i}" for i in (0, 1)]
+    proc = subprocess.Popen([sys.executable, "-m", "mqctl", "chaos", "--mode", "async", "--seed", "1", "--faults", "kill",
+                             "--duration", "30s", "--json", "--net", "loopback", "--rate", "200", "--clients", "ours",
+                             "--dir", str(drill)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(subprocess_env, HOME=str(tmp_path)))
+    try:
+        deadline = time.monotonic() + 120
+        while not all((s / "abort").exists() for s in stores):  # both stores opened (recovery over)
+            assert proc.poll() is None and time.monotonic() < deadline, "the drill's members never opened their stores"
+            time.sleep(0.1)
+        for store in stores:
+            (store / "logfloor").write_text("not a floor\n")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0, out[-2000:] + err[-2000:]
+    report = json.loads(out.splitlines()[-1])
+    last = report["injected"][-1]
+    assert last["kind"] == "kill" and "logfloor" in (last["heal_failed"] or ""), report["injected"]
+    assert all(f["heal_failed"] is None for f in report["injected"][:-1])  # nothing injected after it
+    assert report["broken_promises"][0].startswith(f"kill of {last['target']} never healed: "), report["broken_promises"]
+    assert report["acknowledged"] > 0 and report["timeline"], "the figures up to the end"
+    left = subprocess.run(["pgrep", "-f", f"mqctl.nodes.node --config {drill}"], capture_output=True, text=True, check=False)
+    assert left.stdout == "", f"the drill left nodes running: {left.stdout}"
