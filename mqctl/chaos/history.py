@@ -256,6 +256,7 @@ def unavailability(attempts: Sequence[SendAttempt], shortest_s: float = WINDOW_M
     the others are acknowledged is no unavailability; those sends still count among the reasons)."""
     windows = []
     start: float | None = None
+    last_ack: float | None = None
     whys: list[str] = []
     for a in sorted(attempts, key=lambda a: a.ended):
         if a.outcome == "ok":
@@ -263,9 +264,12 @@ def unavailability(attempts: Sequence[SendAttempt], shortest_s: float = WINDOW_M
                 if a.ended - start >= shortest_s:
                     windows.append(Window(start, a.ended, len(whys), _counted(whys)))
                 start, whys = None, []
+            last_ack = a.ended
         else:
             if start is None:
-                start = a.started
+                # a send that timed out after 3 s began while others were still acknowledged:
+                # the window opens at the later of its start and the last acknowledgement
+                start = a.started if last_ack is None else max(a.started, last_ack)
             whys.append(a.why)
     if start is not None:
         windows.append(Window(start, None, len(whys), _counted(whys)))

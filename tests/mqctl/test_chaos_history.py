@@ -176,3 +176,13 @@ def test_a_failure_among_acknowledgements_is_no_unavailability_window():
     verdict = check_history(sends, [])
     assert [(w.started, w.ended) for w in verdict.windows] == [(2.0, 3.5)]
     assert dict(verdict.reasons) == {"no route": 1, "timeout": 1}
+
+
+def test_a_timed_out_send_among_acknowledgements_opens_its_window_at_the_last_acknowledgement():
+    """Only the time without acknowledgements counts: a send that waited 3 s for its answer
+    while others were acknowledged is no 3-second window (these once added up to more
+    unavailable seconds than a drill had)."""
+    sends = [SendAttempt("slow", 1.0, 4.0, "unknown", why="timeout"), *(ok(f"k{i}", 1.0 + i / 10) for i in range(1, 33))]
+    assert unavailability(sends) == []
+    stalled = [ok("a", 1.0), SendAttempt("b", 0.5, 3.5, "unknown", why="timeout"), ok("c", 3.6)]
+    assert [(w.started, w.ended) for w in unavailability(stalled)] == [(1.0, 3.6)]
