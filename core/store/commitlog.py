@@ -351,9 +351,9 @@ def _scan_start(files: Sequence[MappedFile], checkpoint: Checkpoint | None) -> t
 
     The checkpoint's flushed offset when a record or an end marker begins there. Unwritten space
     there proves nothing: a slave copies the master's log as bytes, not records, so its flushed
-    offset may fall inside a record whose tail never arrived (RocketMQ's recovery scans whole
-    files for the same reason). The scan then starts at the checkpoint's dispatched offset, which
-    is always a record's start, when it is in the same file and not after; else at the file's start.
+    offset may fall inside a record whose tail never arrived (RocketMQ's recovery always starts
+    at a file's start). The scan then starts at the checkpoint's dispatched offset, which is
+    always a record's start, when it is in the same file and not after; else at the file's start.
     """
     if checkpoint is None:
         return 0, 0

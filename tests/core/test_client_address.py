@@ -13,7 +13,6 @@ from formats.properties import UNIQ_KEY
 
 def test_the_source_address_towards_the_name_server_is_this_clients_address() -> None:
     assert local_ip_towards("127.0.0.1:9876") == "127.0.0.1"
-    assert local_ip_towards("[::1]:9876") == "::1"
     assert local_ip_towards("no-such-host.invalid:9876") == "127.0.0.1"  # unresolvable: loopback
     assert local_ip_towards("not an address") == "127.0.0.1"
 
