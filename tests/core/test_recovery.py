@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from core.errors import StoreCorruptError
 from core.store.checkpoint import read_checkpoint, write_checkpoint
@@ -39,15 +40,20 @@ def mark_crashed(root: Path) -> None:
     (root / "abort").touch()
 
 
+def fill_with_torn_tail(root: Path, config, count: int, torn_bytes: int) -> tuple[list, int]:
+    """``count`` records, then the first ``torn_bytes`` of another (a write a crash cut short);
+    the put results and where the torn record begins."""
+    results = fill(root, config, count)
+    end = results[-1].phys_offset + results[-1].size
+    with open(segment_path(root, end, config.segment_size_bytes), "r+b") as fh:
+        fh.seek(end % config.segment_size_bytes)
+        fh.write(bytes(encode_record(msg(999)))[:torn_bytes])
+    return results, end
+
+
 def test_torn_tail_is_cut_at_the_last_valid_record(tmp_path, small_store_config):
     root = tmp_path / "n"
-    results = fill(root, small_store_config, 100)
-    end = results[-1].phys_offset + results[-1].size
-    seg = segment_path(root, end, small_store_config.segment_size_bytes)
-    torn = bytes(encode_record(msg(999)))[:57]
-    with open(seg, "r+b") as fh:
-        fh.seek(end % small_store_config.segment_size_bytes)
-        fh.write(torn)
+    _, end = fill_with_torn_tail(root, small_store_config, 100, 57)
     mark_crashed(root)
     store = MessageStore(root, small_store_config)
     report = store.open()
@@ -58,8 +64,6 @@ def test_torn_tail_is_cut_at_the_last_valid_record(tmp_path, small_store_config)
         again = store.put(msg(100))
         assert again.phys_offset == end and again.queue_offset == 50
     finally:
-        import trio
-
         trio.run(store.close)
     items = list(scan_log(root / "commitlog"))
     assert not [i for i in items if isinstance(i, Damage)] and len(items) == 101
@@ -207,13 +211,7 @@ def test_a_flushed_offset_inside_a_record_whose_tail_never_came_is_cut_back_to_t
     Recovery must end at the record's start, not at the flushed offset (which once left the
     store unable to start: "record size 200 runs past the end of data")."""
     root = tmp_path / "n"
-    results = fill(root, small_store_config, 100)
-    end = results[-1].phys_offset + results[-1].size
-    seg = segment_path(root, end, small_store_config.segment_size_bytes)
-    torn = bytes(encode_record(msg(999)))[:77]
-    with open(seg, "r+b") as fh:
-        fh.seek(end % small_store_config.segment_size_bytes)
-        fh.write(torn)
+    results, end = fill_with_torn_tail(root, small_store_config, 100, 77)
     checkpoint = read_checkpoint(root / "checkpoint")
     assert checkpoint is not None
     write_checkpoint(root / "checkpoint", dataclasses.replace(
@@ -227,4 +225,4 @@ def test_a_flushed_offset_inside_a_record_whose_tail_never_came_is_cut_back_to_t
         assert store.max_queue_offset("R", 0) == 50 and store.max_queue_offset("R", 1) == 50
         assert store.put(msg(100)).phys_offset == end
     finally:
-        store.close()
+        trio.run(store.close)
