@@ -1,6 +1,8 @@
 """RocketMQ-compatible access control: accounts, permissions and white-listed addresses.
-Sans-IO: :meth:`AclPolicy.check` answers one request, :meth:`AclPolicy.refusal` one account's
-use of some resources (the gRPC door asks that for each RPC).
+Sans-IO: :meth:`AclPolicy.check` answers one request (a broker asks it in two steps,
+:meth:`AclPolicy.admit` before it parses the header, then the permissions of what the header
+names), :meth:`AclPolicy.refusal` one account's use of some resources (the gRPC door asks that
+for each RPC).
 
 Checks, in order (RocketMQ's ``PlainPermissionManager.validate``, with two gaps closed):
 
@@ -13,7 +15,8 @@ Checks, in order (RocketMQ's ``PlainPermissionManager.validate``, with two gaps 
    ``topicPerms`` (else ``defaultTopicPerm``), groups (``%RETRY%<group>``) from ``groupPerms``
    (else ``defaultGroupPerm``). A permission with DENY refuses.
 
-Which topics and groups each request touches is :mod:`core.acl.requests`' table. RocketMQ's 4.x
+Which topics and groups each request touches is :mod:`core.acl.requests`' table, read from the
+header as the handler gets it (:mod:`core.remoting.request_headers`). RocketMQ's 4.x
 broker lets an account's white-listed address skip the permission check too; here a
 white-listed address only spares the signature.
 """
@@ -125,24 +128,36 @@ class AclPolicy:
     accounts: dict[str, Account]
     global_white: tuple[AddressPattern, ...] = ()
 
-    def check(self, request: RemotingCommand, remote_ip: str) -> str | None:
-        """``None`` when the request may proceed, else why not (the response's remark)."""
+    def check(self, request: RemotingCommand, remote_ip: str, header: object | None = None) -> str | None:
+        """``None`` when the request may proceed, else why not (the response's remark).
+        ``header`` is the request's header parsed with its code's declared type; without it
+        the header is parsed here (the proxy's door judges requests it only forwards), and one
+        that does not parse names nothing: the broker refuses it, after checking the signature."""
+        refused, account = self.admit(request, remote_ip)
+        if refused is not None or account is None:
+            return refused
+        return self.refusal(account, request_resources(request, header))
+
+    def admit(self, request: RemotingCommand, remote_ip: str) -> tuple[str | None, Account | None]:
+        """Steps 1-4 (address, account, signature, admin codes): ``(why not, None)`` when
+        refused, else ``(None, the account whose permissions the request's resources need)``,
+        the account ``None`` when they need none (a white-listed peer, an admin account)."""
         if self.white_listed(remote_ip):
-            return None
+            return None, None
         access_key = request.ext_fields.get(ACCESS_KEY, "")
         if not access_key:
-            return "ACL: the request is not signed (no AccessKey); sign it with an account's keys"
+            return "ACL: the request is not signed (no AccessKey); sign it with an account's keys", None
         account = self.accounts.get(access_key)
         if account is None:
-            return f"ACL: no account for AccessKey {access_key!r}"
+            return f"ACL: no account for AccessKey {access_key!r}", None
         if not any(p.matches(remote_ip) for p in account.white) and not signature_matches(request,
                                                                                          account.secret_key):
-            return f"ACL: signature check failed for AccessKey {access_key!r}"
+            return f"ACL: signature check failed for AccessKey {access_key!r}", None
         if account.admin:
-            return None
+            return None, None
         if request.code in ADMIN_CODES:
-            return f"ACL: request {request.code} needs an admin account; {access_key!r} is not one"
-        return self.refusal(account, request_resources(request))
+            return f"ACL: request {request.code} needs an admin account; {access_key!r} is not one", None
+        return None, account
 
     def white_listed(self, remote_ip: str) -> bool:
         return any(p.matches(remote_ip) for p in self.global_white)

@@ -10,57 +10,62 @@ from typing import TYPE_CHECKING
 import orjson
 
 from core.acl.permissions import SUB
-from core.broker.headers import KNOWN_DATA_VERSION, UNCHANGED, as_int
 from core.broker.subscription_groups import BODY_BYTES_MAX as GROUP_BODY_BYTES_MAX
 from core.broker.subscription_groups import GroupConfigError, SubscriptionGroup
 from core.broker.topics import AUTO_CREATE_TOPIC, TopicConfig, queue_nums_problem, topic_problem
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
+from core.remoting.request_headers import (
+    UNCHANGED,
+    AllTopicConfigHeader,
+    CreateTopicHeader,
+    DeleteSubscriptionGroupHeader,
+    NoHeader,
+    TransferLeadershipHeader,
+    ViewMessageHeader,
+)
 from core.topic_names import group_problem, send_forbidden
 from formats.errors import RecordError
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
-def update_and_create_topic(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    ext = request.ext_fields
-    topic = ext.get("topic", "")
+
+def update_and_create_topic(broker: Broker, header: CreateTopicHeader, request: RemotingCommand,
+                            conn: Connection) -> RemotingCommand:
+    topic = header.topic
     problem = topic_problem(topic)
     if problem:
         return request.reply(ResponseCode.SYSTEM_ERROR, problem)
     if topic == AUTO_CREATE_TOPIC or send_forbidden(topic):
         return request.reply(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
-    try:
-        read = as_int(ext, "readQueueNums", broker.settings.default_topic_queue_nums)
-        write = as_int(ext, "writeQueueNums", read)
-        perm = as_int(ext, "perm", 6, bits=32)
-        sysflag = as_int(ext, "topicSysFlag", 0, bits=32)
-    except ValueError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    problem = queue_nums_problem(read, write, perm)
+    read = header.read_queue_nums if header.read_queue_nums is not None else broker.settings.default_topic_queue_nums
+    write = header.write_queue_nums if header.write_queue_nums is not None else read
+    problem = queue_nums_problem(read, write, header.perm)
     if problem:
         return request.reply(ResponseCode.SYSTEM_ERROR, problem)
-    order = ext.get("order", "false").lower() == "true"
-    if broker.topics.put(TopicConfig(topic, read, write, perm, sysflag, order)):
+    if broker.topics.put(TopicConfig(topic, read, write, header.perm, header.topic_sys_flag, header.order)):
         broker.topics_changed()
     return request.reply(ResponseCode.SUCCESS)
 
 
-def all_topic_config(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def all_topic_config(broker: Broker, header: AllTopicConfigHeader, request: RemotingCommand,
+                     conn: Connection) -> RemotingCommand:
     """The whole topic table; to a slave that names the data version it holds (our own
     ``knownDataVersion`` field; stock callers never send it), only ``unchanged`` when that is
     this table's: a slave asks every 10 s, and 20,000 topics are 3 MB to encode and parse."""
-    if request.ext_fields.get(KNOWN_DATA_VERSION) == broker.topics.version_tag():
+    if header.known_data_version == broker.topics.version_tag():
         return request.reply(ResponseCode.SUCCESS, ext_fields={UNCHANGED: "true"})
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.topics.wrapper()))
 
 
-def all_consumer_offsets(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def all_consumer_offsets(broker: Broker, header: NoHeader, request: RemotingCommand,
+                         conn: Connection) -> RemotingCommand:
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.offsets.to_json()))
 
 
-def runtime_info(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def runtime_info(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
     store = broker.store
     table = {
         "brokerVersionDesc": "mqctl", "brokerName": broker.node.name, "brokerId": str(broker.replication.broker_id),
@@ -77,22 +82,24 @@ def runtime_info(broker: Broker, request: RemotingCommand, conn: Connection) -> 
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
 
 
-def transfer_leadership(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    target = request.ext_fields.get("target", "")
+def transfer_leadership(broker: Broker, header: TransferLeadershipHeader, request: RemotingCommand,
+                        conn: Connection) -> RemotingCommand:
+    target = header.target
     why = broker.replication.transfer_leadership(target)
     if why is not None:
         return request.reply(ResponseCode.SYSTEM_ERROR, f"cannot transfer leadership to {target!r}: {why}")
     return request.reply(ResponseCode.SUCCESS, f"leadership of {broker.node.name} goes to {target}")
 
 
-def view_message(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def view_message(broker: Broker, header: ViewMessageHeader, request: RemotingCommand,
+                 conn: Connection) -> RemotingCommand:
+    offset = header.offset
     try:
-        offset = as_int(request.ext_fields, "offset")
         rec = broker.store.read_record(offset)
         if rec.phys_offset != offset:  # bytes inside a record (e.g. a body) that look like one
             raise KeyError(offset)
     except (KeyError, RecordError):  # before ValueError: a RecordError is one too
-        return request.reply(ResponseCode.SYSTEM_ERROR, f"no message at commitlog offset {request.ext_fields.get('offset')}")
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"no message at commitlog offset {offset}")
     except ValueError as exc:
         return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     refused = broker.acl_refusal(request, conn, [(rec.topic, SUB)])  # the offset named no topic
@@ -101,7 +108,8 @@ def view_message(broker: Broker, request: RemotingCommand, conn: Connection) -> 
     return request.reply(ResponseCode.SUCCESS, body=broker.store.commitlog.read(offset, rec.total_size))
 
 
-def update_and_create_subscription_group(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def update_and_create_subscription_group(broker: Broker, header: NoHeader, request: RemotingCommand,
+                                         conn: Connection) -> RemotingCommand:
     body = request.body or b""
     if len(body) > GROUP_BODY_BYTES_MAX:
         return request.reply(ResponseCode.SYSTEM_ERROR, f"a subscription group config over {GROUP_BODY_BYTES_MAX} bytes")
@@ -112,12 +120,14 @@ def update_and_create_subscription_group(broker: Broker, request: RemotingComman
     return request.reply(ResponseCode.SUCCESS)
 
 
-def all_subscription_groups(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def all_subscription_groups(broker: Broker, header: NoHeader, request: RemotingCommand,
+                            conn: Connection) -> RemotingCommand:
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.groups.wrapper()))
 
 
-def delete_subscription_group(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    name = request.ext_fields.get("groupName", "")
+def delete_subscription_group(broker: Broker, header: DeleteSubscriptionGroupHeader, request: RemotingCommand,
+                              conn: Connection) -> RemotingCommand:
+    name = header.group_name
     if group_problem(name):
         return request.reply(ResponseCode.SYSTEM_ERROR, f"groupName: {group_problem(name)}")
     broker.groups.delete(name)

@@ -40,6 +40,7 @@ from core.errors import RemotingError
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.remoting.request_headers import NoHeader
 from core.topic_names import RETRY_PREFIX, group_problem, topic_problem
 
 if TYPE_CHECKING:
@@ -103,7 +104,8 @@ def _body(request: RemotingCommand) -> dict[str, Any]:
     return doc
 
 
-def set_message_request_mode(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def set_message_request_mode(broker: Broker, header: NoHeader, request: RemotingCommand,
+                             conn: Connection) -> RemotingCommand:
     try:
         mode = RequestMode.from_json(_body(request))
         if not mode.topic.startswith(RETRY_PREFIX) and broker.topics.get(mode.topic) is None:
@@ -117,7 +119,7 @@ def set_message_request_mode(broker: Broker, request: RemotingCommand, conn: Con
     return request.reply(ResponseCode.SUCCESS)
 
 
-def query_assignment(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+def query_assignment(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> Reply:
     try:
         doc = _body(request)
         topic, group, client = (doc.get(k) for k in ("topic", "consumerGroup", "clientId"))

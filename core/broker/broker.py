@@ -1,5 +1,6 @@
 """The broker's state; it answers a request with the handler its table (core/broker/request_table.py,
-handed in by the server) names for the code."""
+handed in by the server) names for the code, handing it the request's header parsed once with
+the code's declared type (core/remoting/request_headers.py): the type the ACL judged."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from core.acl.file import AclFile
-from core.acl.requests import Resource
+from core.acl.policy import AclPolicy
+from core.acl.requests import Resource, request_resources
 from core.broker.clients import ClientRegistry
 from core.broker.consumer_filters import ConsumerFilterTable
 from core.broker.long_polling import PullHold
@@ -36,11 +39,15 @@ from core.remoting.client import split_address
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.remoting.header_fields import HeaderFieldError, RequestHeader
+from core.remoting.request_headers import HEADER_TYPES
 from core.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[["Broker", RemotingCommand, Connection], Reply]
+# (broker, the request's header as its code's declared type, the request, its connection); the
+# request is there for its body, opaque and reply(), never for its header fields
+Handler = Callable[["Broker", Any, RemotingCommand, Connection], Reply]
 
 SLAVE_READ_ID = 1  # RocketMQ's whichBrokerWhenConsumeSlowly
 MEMORY_READ_RATIO = 0.40  # RocketMQ's accessMessageInMemoryMaxRatio
@@ -96,7 +103,9 @@ class Broker:
         self.acl = AclFile(config.acl_file) if config.acl.enabled else None
         self.meters = BrokerMeters(config.metrics.label_values_max, timed=config.metrics.enabled)
         self.pop_ledgers: dict[int, ReviveLedger] = {}  # the revive loop's, by revive queue (POP in flight)
-        self._handlers = dict(handlers)  # a plain dict: looked up on every request
+        # a plain dict, looked up on every request: each code's declared header type and handler
+        self._routes: dict[int, tuple[type[RequestHeader], Handler]] = {
+            code: (HEADER_TYPES[code], handler) for code, handler in handlers.items()}
 
     def bind(self, port: int) -> None:
         """Set the address clients and records use (after the listener picked its port)."""
@@ -110,27 +119,47 @@ class Broker:
         return time.time_ns() // 1_000_000
 
     def process(self, request: RemotingCommand, conn: Connection) -> Reply:
-        if self.acl is not None:
-            refused = self.acl.policy.check(request, _peer_ip(conn))
+        account = None
+        if self.acl is not None:  # who signed (and an admin code's admin) before anything is read
+            refused, account = self.acl.policy.admit(request, _peer_ip(conn))
             if refused is not None:
-                log.warning("refused request %d from %s: %s", request.code, conn.remote, refused)
-                self.meters.acl_refusals.row(request.code)[0] += 1
-                return request.reply(ResponseCode.NO_PERMISSION, refused)
-        handler = self._handlers.get(request.code)
-        if handler is None:
+                return self._refused(request, conn, refused)
+        route = self._routes.get(request.code)
+        if route is None:
             return request.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                  f" request type {request.code} not supported")
+        header_type, handler = route
+        try:
+            header = header_type.of(request)
+        except HeaderFieldError as exc:
+            return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+        if account is not None:  # the names the handler will act on, as parsed for it
+            refused = AclPolicy.refusal(account, request_resources(request, header))
+            if refused is not None:
+                return self._refused(request, conn, refused)
         problem = request_name_problem(request)
         if problem is not None:
             return request.reply(ResponseCode.SYSTEM_ERROR, problem)
-        return handler(self, request, conn)
+        return handler(self, header, request, conn)
 
     def acl_refusal(self, request: RemotingCommand, conn: Connection, resources: list[Resource]) -> str | None:
         """With ACL on: why the request's account may not use ``resources`` as well, which the
-        handler found only once it read the store (the topic of a message viewed by offset)."""
+        handler found only once it read the store (the topic of a message viewed by offset, of
+        a transaction half, of a message sent back); logged and counted as any refusal."""
         if self.acl is None:
             return None
-        return self.acl.policy.checked_refusal(request, _peer_ip(conn), resources)
+        refused = self.acl.policy.checked_refusal(request, _peer_ip(conn), resources)
+        if refused is not None:
+            self._count_refusal(request, conn, refused)
+        return refused
+
+    def _refused(self, request: RemotingCommand, conn: Connection, why: str) -> RemotingCommand:
+        self._count_refusal(request, conn, why)
+        return request.reply(ResponseCode.NO_PERMISSION, why)
+
+    def _count_refusal(self, request: RemotingCommand, conn: Connection, why: str) -> None:
+        log.warning("refused request %d from %s: %s", request.code, conn.remote, why)
+        self.meters.acl_refusals.row(request.code)[0] += 1
 
     # ------------------------------------------------------------------ events
 

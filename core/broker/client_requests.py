@@ -11,19 +11,27 @@ import orjson
 
 from core.broker.clients import check_heartbeat
 from core.broker.consumer_filters import FilterRefused, build_filter
-from core.broker.headers import HeaderFieldError, as_int
 from core.broker.queue_locks import LockedQueue
 from core.broker.topics import retry_topic
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
+from core.remoting.request_headers import (
+    ConsumerGroupHeader,
+    NoHeader,
+    QueryConsumerOffsetHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    UnregisterClientHeader,
+    UpdateConsumerOffsetHeader,
+)
 from core.topic_names import group_problem, topic_problem
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
 
-def heartbeat(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def heartbeat(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
     # the sender's language and version, for GET_CONSUMER_CONNECTION_LIST and the body shapes
     # sent to it (Java peers get fastjson's forms)
     conn.attributes["language"] = request.language
@@ -47,7 +55,8 @@ def heartbeat(broker: Broker, request: RemotingCommand, conn: Connection) -> Rem
     return request.reply(ResponseCode.SUCCESS)
 
 
-def check_client_config(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def check_client_config(broker: Broker, header: NoHeader, request: RemotingCommand,
+                        conn: Connection) -> RemotingCommand:
     """CHECK_CLIENT_CONFIG: whether this broker can serve a subscription, asked by a consumer
     before it starts (RocketMQ's Java consumer does for every non-TAG subscription)."""
     try:
@@ -67,36 +76,27 @@ def check_client_config(broker: Broker, request: RemotingCommand, conn: Connecti
     return request.reply(ResponseCode.SUCCESS)
 
 
-def unregister_client(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    ext = request.ext_fields
-    changed = broker.clients.unregister(ext.get("clientID", ""), ext.get("producerGroup"), ext.get("consumerGroup"))
+def unregister_client(broker: Broker, header: UnregisterClientHeader, request: RemotingCommand,
+                      conn: Connection) -> RemotingCommand:
+    changed = broker.clients.unregister(header.client_id, header.producer_group, header.consumer_group)
     for group in changed:
         broker.consumer_group_changed(group)
     return request.reply(ResponseCode.SUCCESS)
 
 
-def consumer_list(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    group = request.ext_fields.get("consumerGroup", "")
+def consumer_list(broker: Broker, header: ConsumerGroupHeader, request: RemotingCommand,
+                  conn: Connection) -> RemotingCommand:
+    group = header.consumer_group
     ids = broker.clients.consumer_ids(group)
     if not ids:
         return request.reply(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))
 
 
-def _queue(request: RemotingCommand) -> tuple[str, int]:
-    topic = request.ext_fields.get("topic")
-    if not topic:
-        raise HeaderFieldError("the request lacks the field topic")
-    return topic, as_int(request.ext_fields, "queueId", bits=32)
-
-
-def query_consumer_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    try:
-        topic, queue_id = _queue(request)
-    except ValueError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    group = request.ext_fields.get("consumerGroup", "")
-    offset = broker.offsets.get(group, topic, queue_id)
+def query_consumer_offset(broker: Broker, header: QueryConsumerOffsetHeader, request: RemotingCommand,
+                          conn: Connection) -> RemotingCommand:
+    topic, queue_id = header.topic, header.queue_id
+    offset = broker.offsets.get(header.consumer_group, topic, queue_id)
     if offset is not None:
         return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
     # Nothing committed: a queue still holding its first message starts at 0, so a new group on
@@ -106,15 +106,9 @@ def query_consumer_offset(broker: Broker, request: RemotingCommand, conn: Connec
     return request.reply(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
 
-def update_consumer_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    try:
-        topic, queue_id = _queue(request)
-        offset = as_int(request.ext_fields, "commitOffset")
-    except ValueError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    group = request.ext_fields.get("consumerGroup", "")
-    if not group:
-        return request.reply(ResponseCode.SYSTEM_ERROR, "the request lacks the field consumerGroup")
+def update_consumer_offset(broker: Broker, header: UpdateConsumerOffsetHeader, request: RemotingCommand,
+                           conn: Connection) -> RemotingCommand:
+    topic, queue_id = header.topic, header.queue_id
     # Each committed (group, topic, queue) is kept and written to consumerOffsets.json: only
     # queues that exist, so a client cannot grow the table without bound (RocketMQ 4.x keeps
     # whatever it is sent).
@@ -124,43 +118,35 @@ def update_consumer_offset(broker: Broker, request: RemotingCommand, conn: Conne
     if not 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums):
         return request.reply(ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic {topic} has "
                              f"{max(config.read_queue_nums, config.write_queue_nums)} queues")
-    broker.offsets.commit(group, topic, queue_id, offset)
+    broker.offsets.commit(header.consumer_group, topic, queue_id, header.commit_offset)
     return request.reply(ResponseCode.SUCCESS)
 
 
-def _answer_offset(request: RemotingCommand, lookup: Callable[[str, int], int]) -> RemotingCommand:
-    """Reply ``{"offset": lookup(topic, queueId)}`` for the queue the request names."""
-    try:
-        topic, queue_id = _queue(request)
-    except ValueError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(lookup(topic, queue_id))})
+def _answer_offset(request: RemotingCommand, header: QueueHeader | SearchOffsetHeader,
+                   lookup: Callable[[str, int], int]) -> RemotingCommand:
+    """Reply ``{"offset": lookup(topic, queueId)}`` for the queue the header names."""
+    return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(lookup(header.topic, header.queue_id))})
 
 
-def max_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    return _answer_offset(request, broker.store.max_queue_offset)
+def max_offset(broker: Broker, header: QueueHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    return _answer_offset(request, header, broker.store.max_queue_offset)
 
 
-def min_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    return _answer_offset(request, broker.store.min_queue_offset)
+def min_offset(broker: Broker, header: QueueHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    return _answer_offset(request, header, broker.store.min_queue_offset)
 
 
-def search_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    try:
-        stamp = as_int(request.ext_fields, "timestamp")
-    except ValueError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    return _answer_offset(request, lambda topic, queue_id: broker.store.offset_by_time(topic, queue_id, stamp))
+def search_offset(broker: Broker, header: SearchOffsetHeader, request: RemotingCommand,
+                  conn: Connection) -> RemotingCommand:
+    return _answer_offset(request, header, lambda topic, queue_id: broker.store.offset_by_time(
+        topic, queue_id, header.timestamp))
 
 
-def earliest_store_time(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    try:
-        topic, queue_id = _queue(request)
-    except ValueError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    stamp = broker.store.earliest_store_time(topic, queue_id)
+def earliest_store_time(broker: Broker, header: QueueHeader, request: RemotingCommand,
+                        conn: Connection) -> RemotingCommand:
+    stamp = broker.store.earliest_store_time(header.topic, header.queue_id)
     if stamp is None:
-        return request.reply(ResponseCode.SYSTEM_ERROR, f"no message in {topic}/{queue_id}")
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"no message in {header.topic}/{header.queue_id}")
     return request.reply(ResponseCode.SUCCESS, ext_fields={"timestamp": str(stamp)})
 
 
@@ -183,7 +169,7 @@ def _lock_body(request: RemotingCommand) -> tuple[str, str, list[LockedQueue]]:
     return group, str(doc.get("clientId", "")), queues
 
 
-def lock_batch(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def lock_batch(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
     try:
         group, client_id, queues = _lock_body(request)
     except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
@@ -193,7 +179,7 @@ def lock_batch(broker: Broker, request: RemotingCommand, conn: Connection) -> Re
         {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id} for mq in locked]}))
 
 
-def unlock_batch(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def unlock_batch(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
     try:
         group, client_id, queues = _lock_body(request)
     except (orjson.JSONDecodeError, ValueError, TypeError) as exc:

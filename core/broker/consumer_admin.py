@@ -52,12 +52,17 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from core.broker.clients import ConsumerClient, Subscription
-from core.broker.headers import HeaderFieldError, as_bool, as_int
 from core.broker.topics import retry_topic
 from core.errors import RemotingError, RemotingTimeoutError
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.remoting.request_headers import (
+    ConsumerGroupHeader,
+    ConsumerRunningInfoHeader,
+    ConsumeStatsHeader,
+    ResetOffsetHeader,
+)
 from formats.errors import RecordError
 
 if TYPE_CHECKING:
@@ -143,12 +148,10 @@ def queue_progress(broker: Broker, group: str, topic: str) -> list[QueueProgress
     return out
 
 
-def consume_stats(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    group = request.ext_fields.get("consumerGroup", "")
-    if not group:
-        return request.reply(ResponseCode.SYSTEM_ERROR, "the request lacks the field consumerGroup")
-    topic = request.ext_fields.get("topic")
-    topics = [topic] if topic else progress_topics(broker, group)
+def consume_stats(broker: Broker, header: ConsumeStatsHeader, request: RemotingCommand,
+                  conn: Connection) -> RemotingCommand:
+    group = header.consumer_group
+    topics = [header.topic] if header.topic else progress_topics(broker, group)
     rows = [(_queue(broker, p.topic, p.queue_id),
              {"brokerOffset": p.broker_offset, "consumerOffset": p.consumer_offset, "lastTimestamp": p.last_timestamp})
             for t in topics for p in queue_progress(broker, group, t)]
@@ -172,10 +175,9 @@ def _connection(member: ConsumerClient) -> dict[str, Any]:
             "language": attributes.get("language", "OTHER"), "version": attributes.get("version", 0)}
 
 
-def consumer_connection_list(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    group = request.ext_fields.get("consumerGroup", "")
-    if not group:
-        return request.reply(ResponseCode.SYSTEM_ERROR, "the request lacks the field consumerGroup")
+def consumer_connection_list(broker: Broker, header: ConsumerGroupHeader, request: RemotingCommand,
+                             conn: Connection) -> RemotingCommand:
+    group = header.consumer_group
     members = broker.clients.members(group)
     if not members:
         return request.reply(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
@@ -212,15 +214,8 @@ def reset_targets(broker: Broker, group: str, topic: str, timestamp_ms: int, *, 
     return targets
 
 
-def reset_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
-    ext = request.ext_fields
-    topic, group = ext.get("topic", ""), ext.get("group", "")
-    if not topic or not group:
-        return request.reply(ResponseCode.SYSTEM_ERROR, "INVOKE_BROKER_TO_RESET_OFFSET needs the fields topic and group")
-    try:
-        timestamp = as_int(ext, "timestamp")
-    except HeaderFieldError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+def reset_offset(broker: Broker, header: ResetOffsetHeader, request: RemotingCommand, conn: Connection) -> Reply:
+    topic, group, timestamp = header.topic, header.group, header.timestamp
     if timestamp < RESET_TO_END:
         return request.reply(ResponseCode.SYSTEM_ERROR,
                              f"timestamp {timestamp} is neither -1 (the end) nor epoch milliseconds")
@@ -232,7 +227,7 @@ def reset_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> 
         return request.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                              f"the consumer group <{group}> not exist: no offsets for topic {topic} on broker "
                              f"{broker.node.name} and no online member subscribes to it")
-    targets = reset_targets(broker, group, topic, timestamp, force=as_bool(ext, "isForce"))
+    targets = reset_targets(broker, group, topic, timestamp, force=header.is_force)
     for queue_id, offset in targets.items():
         broker.offsets.commit(group, topic, queue_id, offset)
     log.info("reset offsets of %s on %s to %s (timestamp %d)", group, topic, targets, timestamp)
@@ -242,11 +237,11 @@ def reset_offset(broker: Broker, request: RemotingCommand, conn: Connection) -> 
     online = [m for m in members if _online(m.connection)]
     if not online:
         return reply
-    header = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": ext.get("isForce", "false")}
-    return _tell_members(online, header, entries, reply)
+    told = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": str(header.is_force).lower()}
+    return _tell_members(online, told, entries, reply)
 
 
-async def _tell_members(members: list[ConsumerClient], header: dict[str, str],
+async def _tell_members(members: list[ConsumerClient], fields: dict[str, str],
                         entries: list[tuple[dict[str, Any], int]], reply: RemotingCommand) -> RemotingCommand:
     """RESET_CONSUMER_CLIENT_OFFSET to each online member, so running consumers jump at once."""
     for member in members:
@@ -254,7 +249,7 @@ async def _tell_members(members: list[ConsumerClient], header: dict[str, str],
         assert isinstance(conn, Connection)
         body = orjson.dumps({"offsetTable": queue_table(entries, "offset", java=_is_java(conn))})
         try:
-            await conn.oneway(RemotingCommand(code=RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext_fields=dict(header),
+            await conn.oneway(RemotingCommand(code=RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext_fields=dict(fields),
                                               body=body, language="JAVA"))
         except RemotingError as exc:
             log.info("telling %s of the reset failed: %s", member.client_id, exc)
@@ -264,21 +259,22 @@ async def _tell_members(members: list[ConsumerClient], header: dict[str, str],
 # ---------------------------------------------------------------------------- GET_CONSUMER_RUNNING_INFO
 
 
-def consumer_running_info(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+def consumer_running_info(broker: Broker, header: ConsumerRunningInfoHeader, request: RemotingCommand,
+                          conn: Connection) -> Reply:
     """An admin's GET_CONSUMER_RUNNING_INFO, asked of the named client over its own connection."""
-    group, client_id = request.ext_fields.get("consumerGroup", ""), request.ext_fields.get("clientId", "")
-    if not group or not client_id:
-        return request.reply(ResponseCode.SYSTEM_ERROR, "GET_CONSUMER_RUNNING_INFO needs consumerGroup and clientId")
+    group, client_id = header.consumer_group, header.client_id
     member = broker.clients.member(group, client_id)
     if member is None or not _online(member.connection):
         return request.reply(ResponseCode.CONSUMER_NOT_ONLINE, f"The Consumer <{group}> <{client_id}> not online")
     assert isinstance(member.connection, Connection)
-    return _ask_client(member.connection, request, group, client_id)
+    return _ask_client(member.connection, request, header)
 
 
-async def _ask_client(client: Connection, request: RemotingCommand, group: str, client_id: str) -> RemotingCommand:
-    forwarded = RemotingCommand(code=request.code, ext_fields=dict(request.ext_fields), body=request.body,
-                                language="JAVA")
+async def _ask_client(client: Connection, request: RemotingCommand, header: ConsumerRunningInfoHeader) -> RemotingCommand:
+    group, client_id = header.consumer_group, header.client_id
+    forwarded = RemotingCommand(code=request.code, ext_fields={
+        "consumerGroup": group, "clientId": client_id, "jstackEnable": str(header.jstack_enable).lower()},
+        body=request.body, language="JAVA")
     try:
         answer = await client.request(forwarded, FORWARD_TIMEOUT_S)
     except RemotingTimeoutError as exc:

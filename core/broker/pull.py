@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
-from core.broker.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
 from core.config import MASTER_ID
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.remoting.request_headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
 from formats.errors import FormatError
 from formats.record import record_properties
 
@@ -47,11 +47,7 @@ class PullOutcome:
 FILTER_SCAN_ENTRIES_MAX = 1024
 
 
-def handle_pull(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
-    try:
-        header = PullHeader.of(request)
-    except ValueError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+def handle_pull(broker: Broker, header: PullHeader, request: RemotingCommand, conn: Connection) -> Reply:
     config = broker.topics.get(header.topic) or broker.adopt_replicated_topic(header.topic)
     if config is None:
         return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
@@ -60,14 +56,14 @@ def handle_pull(broker: Broker, request: RemotingCommand, conn: Connection) -> R
     if not 0 <= header.queue_id < config.read_queue_nums:
         return request.reply(ResponseCode.SYSTEM_ERROR, f"queueId[{header.queue_id}] is illegal, topic "
                              f"{header.topic} has {config.read_queue_nums} read queues")
-    if header.sysflag & PULL_COMMIT_OFFSET and header.commit_offset >= 0:
-        broker.offsets.commit(header.group, header.topic, header.queue_id, header.commit_offset)
+    if header.sys_flag & PULL_COMMIT_OFFSET and header.commit_offset >= 0:
+        broker.offsets.commit(header.consumer_group, header.topic, header.queue_id, header.commit_offset)
     try:
         message_filter = _message_filter(broker, header)
     except FilterRefused as exc:
         return request.reply(exc.code, exc.remark)
     outcome = pull_once(broker, header, message_filter)
-    if outcome.code == ResponseCode.PULL_NOT_FOUND and header.sysflag & PULL_SUSPEND:
+    if outcome.code == ResponseCode.PULL_NOT_FOUND and header.sys_flag & PULL_SUSPEND:
         return _held(broker, request, conn, header, message_filter)
     return outcome.response(request)
 
@@ -75,13 +71,13 @@ def handle_pull(broker: Broker, request: RemotingCommand, conn: Connection) -> R
 def _message_filter(broker: Broker, header: PullHeader) -> MessageFilter:
     """The pull's own subscription when it carries one, else the one its group's heartbeat
     registered (everything when none did, as before any heartbeat); raises FilterRefused."""
-    if header.sysflag & PULL_SUBSCRIPTION and header.subscription is not None:
-        return broker.clients.filters.filter_for(header.group, header.topic, header.expression_type,
+    if header.sys_flag & PULL_SUBSCRIPTION and header.subscription is not None:
+        return broker.clients.filters.filter_for(header.consumer_group, header.topic, header.expression_type,
                                                  header.subscription, header.sub_version)
-    sub = broker.clients.subscription(header.group, header.topic)
+    sub = broker.clients.subscription(header.consumer_group, header.topic)
     if sub is None:
         return MATCH_ALL
-    return broker.clients.filters.filter_for(header.group, header.topic, sub.expression_type, sub.expression,
+    return broker.clients.filters.filter_for(header.consumer_group, header.topic, sub.expression_type, sub.expression,
                                              sub.version)
 
 
@@ -115,7 +111,7 @@ def pull_once(broker: Broker, header: PullHeader, message_filter: MessageFilter 
         size += entry.size
         last_phys = entry.phys_offset
     if parts:
-        broker.meters.delivered(topic, header.group, len(parts), size)
+        broker.meters.delivered(topic, header.consumer_group, len(parts), size)
         return PullOutcome(ResponseCode.SUCCESS, next_offset, low, high, b"".join(parts),
                            broker.suggested_reader(store.commitlog.write_offset - last_phys))
     return PullOutcome(ResponseCode.PULL_RETRY_IMMEDIATELY, next_offset, low, high)
@@ -148,7 +144,7 @@ def selected_by(selector: Selector, record: bytes) -> bool:
 async def _held(broker: Broker, request: RemotingCommand, conn: Connection, header: PullHeader,
                 message_filter: MessageFilter) -> RemotingCommand:
     settings = broker.settings
-    wait_ms = min(header.suspend_timeout_ms, settings.long_poll_suspend_max_ms) if settings.long_polling \
+    wait_ms = min(header.suspend_timeout_millis, settings.long_poll_suspend_max_ms) if settings.long_polling \
         else settings.short_polling_ms
     deadline = trio.current_time() + max(0, wait_ms) / 1000
     with broker.hold.slot(conn.attributes, settings.held_pulls_per_connection_max) as slot:

@@ -13,54 +13,30 @@ QUERY_NOT_FOUND with a remark. Both carry ``indexLastUpdateTimestamp`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core.broker.headers import HeaderFieldError, as_int
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
+from core.remoting.request_headers import QueryMessageHeader
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
-UNIQUE_KEY_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 DEFAULT_QUERY_MAX_NUM = 32  # messageStoreConfig.defaultQueryMaxNum
 QUERY_MAX_NUM_MAX = 64  # messageStoreConfig.maxMsgsNumBatch
 # Room left in a frame for the response header: the body stops before the frame limit.
 HEADER_ROOM_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class QueryHeader:
-    topic: str
-    key: str
-    max_num: int
-    begin_ms: int
-    end_ms: int
-
-    @classmethod
-    def of(cls, request: RemotingCommand) -> QueryHeader:
-        ext = request.ext_fields
-        for name in ("topic", "key"):
-            if not ext.get(name):
-                raise HeaderFieldError(f"the request lacks the field {name}")
-        max_num = as_int(ext, "maxNum", bits=32)
-        begin_ms, end_ms = as_int(ext, "beginTimestamp"), as_int(ext, "endTimestamp")
-        if ext.get(UNIQUE_KEY_QUERY_FLAG) == "true":
-            max_num = DEFAULT_QUERY_MAX_NUM
-        if max_num < 1:
-            raise HeaderFieldError(f"field maxNum={max_num} must be at least 1")
-        return cls(ext["topic"], ext["key"], min(max_num, QUERY_MAX_NUM_MAX), begin_ms, end_ms)
-
-
-def handle_query_message(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    try:
-        header = QueryHeader.of(request)
-    except HeaderFieldError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+def handle_query_message(broker: Broker, header: QueryMessageHeader, request: RemotingCommand,
+                         conn: Connection) -> RemotingCommand:
+    max_num = DEFAULT_QUERY_MAX_NUM if header.unique_key_query else header.max_num
+    if max_num < 1:
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"field maxNum={max_num} must be at least 1")
     store = broker.store
-    found = store.query_by_key(header.topic, header.key, header.max_num, header.begin_ms, header.end_ms)
+    found = store.query_by_key(header.topic, header.key, min(max_num, QUERY_MAX_NUM_MAX), header.begin_timestamp,
+                               header.end_timestamp)
     budget = broker.settings.frame_size_bytes_max - HEADER_ROOM_BYTES
     parts: list[bytes] = []
     size = 0

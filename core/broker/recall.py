@@ -17,17 +17,17 @@ from core.broker.responses import response_code
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.remoting.request_headers import RecallMessageHeader
 from formats.recall import RecallHandle, RecallHandleError
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker
 
 
-def handle_recall(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
-    ext = request.ext_fields
-    topic = ext.get("topic", "")
+def handle_recall(broker: Broker, header: RecallMessageHeader, request: RemotingCommand, conn: Connection) -> Reply:
+    topic = header.topic
     try:
-        handle = RecallHandle.parse(ext.get("recallHandle", ""))
+        handle = RecallHandle.parse(header.recall_handle)
     except RecallHandleError as exc:
         return request.reply(ResponseCode.ILLEGAL_OPERATION, str(exc))
     if handle.topic != topic:

@@ -1,6 +1,8 @@
 """The broker's request table (RocketMQ's processor registration in BrokerController): each
 request code and the function that answers it. The server hands it to the Broker, so the broker
-module knows none of its handlers and they may all type their first argument as Broker."""
+module knows none of its handlers and they may all type their first argument as Broker. Each
+handler gets the request's header parsed with the code's declared type
+(core/remoting/request_headers.py, HEADER_TYPES, which has every code here)."""
 
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ from core.broker.send_back import handle_send_back
 from core.remoting.codes import RequestCode
 
 HANDLERS: Mapping[int, Handler] = MappingProxyType({
-    RequestCode.SEND_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=False, batch=False),
-    RequestCode.SEND_MESSAGE_V2: lambda b, r, c: handle_send(b, r, c, v2=True, batch=False),
-    RequestCode.SEND_BATCH_MESSAGE: lambda b, r, c: handle_send(b, r, c, v2=True, batch=True),
+    RequestCode.SEND_MESSAGE: handle_send,
+    RequestCode.SEND_MESSAGE_V2: handle_send,
+    RequestCode.SEND_BATCH_MESSAGE: lambda b, h, r, c: handle_send(b, h, r, c, batch=True),
     RequestCode.PULL_MESSAGE: handle_pull,
     RequestCode.POP_MESSAGE: when_pop_ready(processor.handle_pop),
     RequestCode.ACK_MESSAGE: when_pop_ready(acks.handle_ack),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from core.broker.headers import HeaderFieldError
 from core.broker.schedule import TimerRefused
 from core.errors import DiskFullError, MessageTooLargeError, ReadOnlyStoreError, StoreClosedError, StoreError
 from core.remoting.codes import ResponseCode
+from core.remoting.header_fields import HeaderFieldError
 from formats.errors import DecompressedTooLargeError, FormatError
 
 log = logging.getLogger(__name__)

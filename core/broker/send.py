@@ -1,4 +1,5 @@
-"""SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (and the C++ client's batch flag)."""
+"""SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (and the C++ client's batch flag); the
+broker hands each its :class:`~core.remoting.request_headers.SendHeader`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import struct
 from typing import Protocol
 
 from core.broker.batch_send import BATCH_DELAY_REFUSED, batch_records, record_batch
-from core.broker.headers import SendHeader
 from core.broker.meters import BrokerMeters
 from core.broker.responses import response_code
 from core.broker.schedule import ScheduleService
@@ -19,6 +19,7 @@ from core.config import BrokerNode
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.remoting.request_headers import SendHeader
 from core.topic_names import RETRY_PREFIX, SCHEDULE_TOPIC, send_refusal
 from formats.compression import decompress
 from formats.msgid import encode_offset_msg_id
@@ -44,12 +45,8 @@ class SendingBroker(Protocol):
     def topics_changed(self) -> None: ...
 
 
-def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connection, *, v2: bool,
-                batch: bool) -> Reply:
-    try:
-        header = SendHeader.of(request, v2=v2)
-    except ValueError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+def handle_send(broker: SendingBroker, header: SendHeader, request: RemotingCommand, conn: Connection, *,
+                batch: bool = False) -> Reply:
     # the topic's name was checked before the handler (request_names); only the broker writes
     # its system topics
     refusal = send_refusal(header.topic)
@@ -78,7 +75,7 @@ def handle_send(broker: SendingBroker, request: RemotingCommand, conn: Connectio
     try:
         rec = MessageRecord(
             topic=header.topic, body=request.body, properties=base_props, queue_id=queue_id,
-            flag=header.flag, sysflag=header.sysflag, born_timestamp=header.born_timestamp,
+            flag=header.flag, sysflag=header.sys_flag, born_timestamp=header.born_timestamp,
             born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times,
         )
         # a half waits in the half topic, a delayed one in the schedule topic; the reply
@@ -112,7 +109,7 @@ def _send_batch(broker: SendingBroker, request: RemotingCommand, header: SendHea
         return request.reply(ResponseCode.MESSAGE_ILLEGAL, BATCH_DELAY_REFUSED)
     size_max = broker.writes.body_size_max
     try:
-        body, item_sysflag = _inflated_batch(request.body, header.sysflag, size_max)
+        body, item_sysflag = _inflated_batch(request.body, header.sys_flag, size_max)
         fields = BatchFields(header.topic, queue_id, item_sysflag, header.born_timestamp, born_host,
                              broker.store_host, header.reconsume_times)
         fast = record_batch(fields, broker.cluster, body)

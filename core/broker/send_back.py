@@ -6,18 +6,26 @@ consumer named one), so it comes back to the group through the schedule topic; o
 group's max reconsume times are used up (or the consumer asks with a negative level) it goes to
 ``%DLQ%<group>`` instead, without delay. The original topic is kept in ``RETRY_TOPIC`` and the
 first message's id in ``ORIGIN_MESSAGE_ID``.
+
+The offset names no topic, and the copy is readable by the group: with ACL on, the record found
+needs SUB on its topic as the group reads it (:func:`core.acl.requests.resource`: the group's
+own ``%RETRY%<group>`` is the group's, a POP retry topic of the group the topic it retries), or
+the request is refused (NO_PERMISSION) with nothing stored and no topic created. RocketMQ checks
+only the group, so an account could read any topic through its own DLQ.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.broker.headers import HeaderFieldError, as_int
+from core.acl.permissions import SUB
+from core.acl.requests import resource
 from core.broker.responses import response_code
 from core.broker.topics import topic_problem
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
+from core.remoting.request_headers import ConsumerSendMsgBackHeader
 from core.topic_names import dlq_topic, retry_topic
 from formats.errors import RecordError
 from formats.msgid import encode_offset_msg_id
@@ -32,23 +40,25 @@ DLQ_QUEUE_NUMS = 1
 FIRST_RETRY_LEVEL = 3  # RocketMQ: retry n waits level 3 + n (10s, 30s, 1m, 2m, ...)
 
 
-def handle_send_back(broker: Broker, request: RemotingCommand, conn: Connection) -> RemotingCommand:
-    ext = request.ext_fields
-    group = ext.get("group", "")
-    try:
-        offset = as_int(ext, "offset")
-        delay_level = as_int(ext, "delayLevel", 0, bits=32)
-        max_times = as_int(ext, "maxReconsumeTimes", broker.settings.retry_max_times, bits=32)
-    except HeaderFieldError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    problem = topic_problem(retry_topic(group)) if group else "the request lacks the field group"
+def handle_send_back(broker: Broker, header: ConsumerSendMsgBackHeader, request: RemotingCommand,
+                     conn: Connection) -> RemotingCommand:
+    group, offset = header.group, header.offset
+    max_times = header.max_reconsume_times
+    if max_times is None:
+        max_times = broker.settings.retry_max_times
+    problem = topic_problem(retry_topic(group))
     if problem:
         return request.reply(ResponseCode.SYSTEM_ERROR, problem)
     try:
         original = broker.store.read_record(offset)
+        if original.phys_offset != offset:  # bytes inside a record (a body) that look like one
+            raise KeyError(offset)
     except (KeyError, RecordError, ValueError):
         return request.reply(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
-    again = _retry_record(broker, original, offset, group, delay_level, max_times)
+    refused = broker.acl_refusal(request, conn, [resource("topic", original.topic, group, SUB)])
+    if refused is not None:
+        return request.reply(ResponseCode.NO_PERMISSION, refused)
+    again = _retry_record(broker, original, offset, group, header.delay_level, max_times)
     created = broker.topics.ensure(again.topic, RETRY_QUEUE_NUMS if again.topic == retry_topic(group)
                                    else DLQ_QUEUE_NUMS)[1]
     try:

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from core.broker.headers import KNOWN_DATA_VERSION, UNCHANGED
 from core.errors import RemotingError
 from core.remoting.client import RemotingClient
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from core.remoting.request_headers import KNOWN_DATA_VERSION, UNCHANGED
 
 if TYPE_CHECKING:
     from core.broker.broker import Broker

@@ -109,34 +109,45 @@ class TransactionService:
                        self.settings.transaction_timeout_ms)
         self.stats.opened += 1
 
-    def decide(self, queue_offset: int, phys_offset: int, group: str, commit: bool) -> PutResult | None:
-        """Apply a producer's decision; returns where a committed message went (``None`` for a
-        rollback). Raises :class:`TransactionDecisionError` when no such half is open, and
-        StoreError when the store refuses (the half then stays open)."""
+    def open_half(self, queue_offset: int, phys_offset: int) -> tuple[OpenHalf, MessageRecord]:
+        """The open half END_TRANSACTION names, and its record (the caller checks who may decide
+        it, by its real topic, before :meth:`apply`). Raises :class:`TransactionDecisionError`
+        when no such half is open, or it cannot be read."""
         entry = self.table.find(queue_offset, phys_offset)
         if entry is None:
             raise TransactionDecisionError(
                 f"no open transaction half at tranStateTableOffset {queue_offset}, commitLogOffset {phys_offset} "
                 "(decided already, or not a half)")
-        if group and entry.group and group != entry.group:
+        half = self._read(entry)
+        if half is None:
+            raise TransactionDecisionError(f"the half at commitLogOffset {phys_offset} cannot be read")
+        return entry, half
+
+    def apply(self, entry: OpenHalf, half: MessageRecord, group: str, commit: bool) -> PutResult | None:
+        """Apply producer group ``group``'s decision on a half :meth:`open_half` found (no await
+        in between: it is still open); returns where a committed message went (``None`` for a
+        rollback). Raises :class:`TransactionDecisionError` when ``group`` is not the half's,
+        and StoreError when the store refuses (the half then stays open)."""
+        if group != entry.group:  # always: a 5.x client's group is its topic, known to anyone
             raise TransactionDecisionError(f"The producer group wrong: the half belongs to {entry.group}, not {group}")
         result = None
-        if commit:
-            half = self._read(entry)
-            if half is None:
-                raise TransactionDecisionError(f"the half at commitLogOffset {phys_offset} cannot be read")
-            if not (entry.recovered and self._commit_stored(entry, half)):
-                final = committed(half, self.store_host)
-                if final is None:
-                    raise TransactionDecisionError(f"the half at commitLogOffset {phys_offset} lacks a valid REAL_TOPIC/REAL_QID")
-                result = self.store.put(self.schedule_hold(final))
-                entry.recovered = True  # should the op record fail now, a retry must not store it twice
+        if commit and not (entry.recovered and self._commit_stored(entry, half)):
+            final = committed(half, self.store_host)
+            if final is None:
+                raise TransactionDecisionError(f"the half at commitLogOffset {entry.phys_offset} lacks a valid "
+                                               "REAL_TOPIC/REAL_QID")
+            result = self.store.put(self.schedule_hold(final))
+            entry.recovered = True  # should the op record fail now, a retry must not store it twice
         self._close(entry)
         if commit:
             self.stats.committed += 1
         else:
             self.stats.rolled_back += 1
         return result
+
+    def decide(self, queue_offset: int, phys_offset: int, group: str, commit: bool) -> PutResult | None:
+        """:meth:`open_half`, then :meth:`apply` (with nobody's permissions to check)."""
+        return self.apply(*self.open_half(queue_offset, phys_offset), group, commit)
 
     def _close(self, entry: OpenHalf) -> None:
         self.store.put(op_record(entry.queue_offset, wall_clock_ms(), self.store_host))

@@ -107,19 +107,23 @@ def test_white_listed_addresses():
 
 def test_consumers_need_their_group_and_their_topics():
     ip = "127.0.0.1"
-    pull = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={"consumerGroup": "billing", "topic": "Orders"})
+    queue = {"queueId": "0", "queueOffset": "0"}  # a header that parses: only those are judged
+    pull = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={"consumerGroup": "billing", "topic": "Orders",
+                                                                      **queue})
     assert POLICY.check(signed(pull, CONSUMER), ip) is None
-    other = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={"consumerGroup": "audit", "topic": "Orders"})
+    other = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={"consumerGroup": "audit", "topic": "Orders",
+                                                                       **queue})
     assert "group 'audit'" in POLICY.check(signed(other, CONSUMER), ip)
     assert "no SUB permission on topic 'Orders'" in POLICY.check(signed(
-        RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={"consumerGroup": "billing", "topic": "Orders"}),
-        PRODUCER), ip)
+        RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={"consumerGroup": "billing", "topic": "Orders",
+                                                                   **queue}), PRODUCER), ip)
     beat = {"clientID": "c", "producerDataSet": [], "consumerDataSet": [
         {"groupName": "billing", "subscriptionDataSet": [{"topic": "Orders"}, {"topic": "%RETRY%billing"}]}]}
     heartbeat = RemotingCommand(code=RequestCode.HEART_BEAT, body=orjson.dumps(beat))
     assert request_resources(heartbeat) == [("%RETRY%billing", SUB), ("Orders", SUB), ("%RETRY%billing", SUB)]
     assert POLICY.check(signed(heartbeat, CONSUMER), ip) is None
-    offsets = RemotingCommand(code=RequestCode.QUERY_CONSUMER_OFFSET, ext_fields={"consumerGroup": "x", "topic": "T"})
+    offsets = RemotingCommand(code=RequestCode.QUERY_CONSUMER_OFFSET, ext_fields={"consumerGroup": "x", "topic": "T",
+                                                                                  "queueId": "0"})
     assert "group 'x'" in POLICY.check(signed(offsets, CONSUMER), ip)
     # a consumer sending a message back to its retry topic needs its group, not PUB
     back = send("%RETRY%billing")

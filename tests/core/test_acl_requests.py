@@ -1,6 +1,8 @@
 """The ACL's request table (core/acl/requests.py) against the broker's request table: every code a
-broker serves is classified, and every one that names topics or groups is refused to an account
-without the permissions, whichever field or body names them; docs/security.md shows the table."""
+broker serves is classified, every rule names attributes of its code's declared header type
+(core/remoting/request_headers.py), and every code that names topics or groups is refused to an
+account without the permissions, whichever field or body names them; docs/security.md shows the
+table. That a rule's field is what the handler acts on: tests/core/test_acl_acts_on.py."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from core.broker.request_names import GROUP_FIELDS, SHORT_GROUP_FIELDS, SHORT_TO
 from core.broker.request_table import HANDLERS
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
+from core.remoting.header_fields import wire_names
+from core.remoting.request_headers import HEADER_TYPES
 from core.remoting.signing import Credentials, sign
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,10 +48,23 @@ BODIES = {
 }
 
 
+# well-formed values of every other field a declared header requires, so that the header parses
+WELL_FORMED = {"queueId": "0", "queueOffset": "0", "offset": "0", "key": "k", "maxNum": "1", "beginTimestamp": "0",
+               "endTimestamp": "1", "commitOffset": "0", "timestamp": "0", "clientId": "c", "maxMsgNums": "1",
+               "invisibleTime": "1000", "extraInfo": "0 1 60000 0 0 broker-a 0 0", "recallHandle": "h"}
+
+
+def well_formed(code: int, **names: str) -> RemotingCommand:
+    """A request of ``code`` whose header parses, naming ``names`` (field: value)."""
+    return RemotingCommand(code=code, ext_fields={**WELL_FORMED, **names})
+
+
 def naming_everything(code: int) -> RemotingCommand:
     """A request of ``code`` with every field any handler reads a topic or group from set to
-    TOPIC or GROUP, and its body (if it has one) naming them."""
-    fields = {f: TOPIC for f in (*TOPIC_FIELDS, *SHORT_TOPIC_FIELDS)}
+    TOPIC or GROUP (the other fields its header requires well formed), and its body (if it has
+    one) naming them."""
+    fields = dict(WELL_FORMED)
+    fields |= {f: TOPIC for f in (*TOPIC_FIELDS, *SHORT_TOPIC_FIELDS)}
     fields |= {f: GROUP for f in (*GROUP_FIELDS, *SHORT_GROUP_FIELDS)}
     body = orjson.dumps(BODIES[code]) if code in BODIES else b""
     return RemotingCommand(code=code, ext_fields=fields, body=body)
@@ -66,6 +83,23 @@ def test_every_request_code_the_broker_serves_has_exactly_one_acl_row():
                                        f"{'no row' if not any(rows) else 'several rows'} for it (core/acl/requests.py)")
     for code, why in NAMES_NOTHING.items():
         assert why.strip(), f"{RequestCode(code).name}: say why it names nothing"
+
+
+@pytest.mark.parametrize("code", sorted(RULES), ids=lambda c: RequestCode(c).name)
+def test_every_rule_names_attributes_of_its_codes_declared_header_type(code):
+    rule, declared = RULES[code], HEADER_TYPES[code]
+    attributes = wire_names(declared)
+    for field in (*rule.topics, *rule.groups):
+        assert field in attributes, f"{RequestCode(code).name}: {field!r} is not an attribute of {declared.__name__}"
+    assert rule.topics or rule.groups or rule.body is not None, RequestCode(code).name
+
+
+def test_a_header_that_does_not_parse_names_nothing_and_the_broker_refuses_it():
+    # the proxy's door judges what it forwards: a header the handler never gets names nothing
+    pull = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={"consumerGroup": GROUP, "topic": TOPIC})
+    assert request_resources(pull) == []
+    assert request_resources(well_formed(RequestCode.PULL_MESSAGE, consumerGroup=GROUP, topic=TOPIC)) == [
+        (TOPIC, SUB), (f"%RETRY%{GROUP}", SUB)]
 
 
 @pytest.mark.parametrize("code", sorted(RULES), ids=lambda c: RequestCode(c).name)
@@ -90,13 +124,13 @@ def test_requests_that_name_nothing_need_only_a_signature(code):
 def test_pop_family_rules_name_the_topic_and_group_and_the_topic_a_pop_retry_topic_retries():
     for code in (RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
                  RequestCode.NOTIFICATION):
-        request = RemotingCommand(code=code, ext_fields={"consumerGroup": "g", "topic": "T"})
+        request = well_formed(code, consumerGroup="g", topic="T")
         assert request_resources(request) == [("T", SUB), ("%RETRY%g", SUB)]
     for retry in ("%RETRY%g_T", "%RETRY%g+T"):  # V1 and V2: the topic retried, not a group "g_T"
-        ack = RemotingCommand(code=RequestCode.ACK_MESSAGE, ext_fields={"consumerGroup": "g", "topic": retry})
+        ack = well_formed(RequestCode.ACK_MESSAGE, consumerGroup="g", topic=retry)
         assert request_resources(ack) == [("T", SUB), ("%RETRY%g", SUB)]
     # another group's retry topic is judged as that group's
-    foreign = RemotingCommand(code=RequestCode.ACK_MESSAGE, ext_fields={"consumerGroup": "g", "topic": "%RETRY%h_T"})
+    foreign = well_formed(RequestCode.ACK_MESSAGE, consumerGroup="g", topic="%RETRY%h_T")
     assert request_resources(foreign) == [("%RETRY%h_T", SUB), ("%RETRY%g", SUB)]
     batch = RemotingCommand(code=RequestCode.BATCH_ACK_MESSAGE, body=orjson.dumps({"brokerName": "b", "acks": [
         {"c": "g", "t": "T"}, {"c": "h", "t": "U"}]}))

@@ -7,12 +7,12 @@ import orjson
 import pytest
 import trio
 
-from core.broker.headers import PULL_SUSPEND
 from core.client.runtime import open_client
 from core.config import BrokerSettings
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from core.remoting.request_headers import PULL_SUSPEND
 from formats.batch import BatchItem, encode_batch
 from formats.properties import encode_properties
 from formats.record import decode_records

@@ -7,12 +7,12 @@ from __future__ import annotations
 import orjson
 import trio
 
-from core.broker.headers import KNOWN_DATA_VERSION, UNCHANGED
 from core.broker.topics import version_tag
 from core.config import BrokerSettings
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from core.remoting.request_headers import KNOWN_DATA_VERSION, UNCHANGED
 from mqctl.admin.topic import create_topic_request
 from tests.core.cluster_harness import start_cluster
 

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from core.broker.headers import V2_NAMES
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand, encode_frame
+from core.remoting.request_headers import V2_NAMES
 from core.topic_names import topic_problem
 from formats.batch import BatchItem, encode_batch
 from formats.compression import compress

@@ -1,7 +1,9 @@
 """The proxy's and the brokers' doors tried as an attacker would, on real processes: POP requests
-from raw 4.x frames are held to the ACL (at a broker and through the proxy), nothing a 5.x
-client sends becomes a reserved property, a client id cannot be used by another account, and a
-5.x producer's topics need PUB before it is sent their transactions' check-backs."""
+from raw 4.x frames are held to the ACL (at a broker and through the proxy), so are a stranger's
+END_TRANSACTION on another producer's half and a send-back of another topic's message (issue
+47), nothing a 5.x client sends becomes a reserved property, a client id cannot be used by
+another account, and a 5.x producer's topics need PUB before it is sent their transactions'
+check-backs."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.signing import Credentials, sign
+from core.topic_names import TRANS_OP_TOPIC
+from formats.msgid import decode_offset_msg_id
+from formats.properties import encode_properties
 from formats.recall import RecallHandle
 from formats.record import decode_records
 from formats.rocketmq_v2 import messaging_pb2 as pb
@@ -45,6 +50,7 @@ accounts:
 """
 READER = Credentials("reader-key", "reader-secret")
 ADMIN = Credentials("admin-key", "admin-secret")
+PRODUCER = Credentials("producer-key", "producer-secret")
 PRODUCER_ACCOUNT = ("producer-key", "producer-secret")
 READER_ACCOUNT = ("reader-key", "reader-secret")
 
@@ -124,6 +130,110 @@ async def test_pop_requests_need_sub_on_the_topic_and_the_group_at_the_broker_an
             allowed = await client.invoke(where, signed(pop("Public"), READER))
             assert allowed.code in (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT), allowed.remark
         assert max_offset(secure) > stored  # that POP's checkpoint
+
+
+def raw_send(topic: str, body: bytes, **properties: str) -> RemotingCommand:
+    """SEND_MESSAGE to queue 0 of ``topic``, as a stock producer sends it."""
+    return RemotingCommand(code=RequestCode.SEND_MESSAGE, body=body, ext_fields={
+        "producerGroup": properties.get("PGROUP", "PG"), "topic": topic, "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "4" if "TRAN_MSG" in properties else "0",
+        "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
+        "properties": encode_properties({"WAIT": "true", **properties}), "reconsumeTimes": "0"})
+
+
+async def queue_end(client, broker: str, topic: str) -> int:
+    """``topic``'s queue 0 max offset, asked as the admin."""
+    answer = await client.invoke(broker, signed(RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields={
+        "topic": topic, "queueId": "0"}), ADMIN))
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return int(answer.ext_fields["offset"])
+
+
+async def queue_bodies(client, broker: str, topic: str) -> list[bytes]:
+    answer = await client.invoke(broker, signed(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={
+        "consumerGroup": "auditors", "topic": topic, "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+        "sysFlag": "0", "suspendTimeoutMillis": "0"}), ADMIN))
+    return [r.body for r in decode_records(answer.body)] if answer.code == ResponseCode.SUCCESS else []
+
+
+async def topic_names(client, broker: str) -> set[str]:
+    answer = await client.invoke(broker, signed(RemotingCommand(code=RequestCode.GET_ALL_TOPIC_CONFIG), ADMIN))
+    return set(json.loads(answer.body)["topicConfigTable"])
+
+
+async def test_a_stranger_cannot_end_another_producers_transaction(secure):
+    """Issue 47: END_TRANSACTION named a topic field its handler never read, and the producer
+    group was checked only when sent. Now the half found at the offsets is checked as a send to
+    its real topic: the reader (no PUB on Orders) is refused with and without the owner's group,
+    at the broker and through the proxy's door, and the half stays open for its owner."""
+    broker, door = addresses(secure)
+    uniq = "47" * 16
+    async with open_remoting_client() as client:
+        half = await client.invoke(broker, signed(raw_send("Orders", b"owner's order", TRAN_MSG="true",
+                                                           PGROUP="order-makers", UNIQ_KEY=uniq), PRODUCER))
+        assert half.code == ResponseCode.SUCCESS, half.remark
+
+        def end(group: str | None, decision: str = "8") -> RemotingCommand:
+            fields = {"tranStateTableOffset": half.ext_fields["queueOffset"], "commitOrRollback": decision,
+                      "commitLogOffset": str(decode_offset_msg_id(half.ext_fields["msgId"]).phys_offset),
+                      "fromTransactionCheck": "false", "msgId": uniq, "transactionId": uniq}
+            return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_fields=fields | (
+                {"producerGroup": group} if group is not None else {}))
+
+        orders, ops = await queue_end(client, broker, "Orders"), await queue_end(client, broker, TRANS_OP_TOPIC)
+        for where in (broker, door):
+            for group in ("order-makers", "readers"):  # the owner's group, and another
+                for decision in ("8", "12"):
+                    answer = await client.invoke(where, signed(end(group, decision), READER))  # two-way: answered
+                    assert answer.code == ResponseCode.NO_PERMISSION, (where, group, answer.code, answer.remark)
+                    assert "no PUB permission on topic 'Orders'" in answer.remark, answer.remark
+            missing = await client.invoke(where, signed(end(None), READER))
+            assert missing.code == ResponseCode.SYSTEM_ERROR and "producerGroup" in missing.remark, missing.remark
+        # nothing was decided: no message in Orders, no op record, and the owner still can
+        assert (await queue_end(client, broker, "Orders"), await queue_end(client, broker, TRANS_OP_TOPIC)) == (orders, ops)
+        assert b"owner's order" not in await queue_bodies(client, broker, "Orders")
+        wrong = await client.invoke(broker, signed(end("other-makers"), PRODUCER))
+        assert wrong.code == ResponseCode.SYSTEM_ERROR and "producer group wrong" in wrong.remark, wrong.remark
+        committed = await client.invoke(door, signed(end("order-makers"), PRODUCER))
+        assert committed.code == ResponseCode.SUCCESS, committed.remark
+        assert (await queue_bodies(client, broker, "Orders")).count(b"owner's order") == 1
+
+
+async def test_a_send_back_needs_sub_on_the_topic_of_the_message_it_copies(secure):
+    """Issue 47: CONSUMER_SEND_MSG_BACK copied the message at any CommitLog offset into the
+    caller's own retry topic or DLQ, whatever topic it came from. The reader (SUB on Public and
+    its group readers, nothing on Secret) is refused another topic's message, at the broker and
+    through the proxy's door, and nothing lands in its retry topic or DLQ; a message of its
+    group's own %RETRY% topic, and one of Public, it still sends back."""
+    broker, door = addresses(secure)
+    retry, dead = "%RETRY%readers", "%DLQ%readers"
+    async with open_remoting_client() as client:
+        offsets = {}
+        for topic in ("Secret", "Public", retry):  # the admin may send anywhere, the group's retry topic too
+            sent = await client.invoke(broker, signed(raw_send(topic, f"back from {topic}".encode()), ADMIN))
+            assert sent.code == ResponseCode.SUCCESS, (topic, sent.remark)
+            offsets[topic] = decode_offset_msg_id(sent.ext_fields["msgId"]).phys_offset
+
+        def back(topic: str, delay: str) -> RemotingCommand:
+            return RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields={
+                "group": "readers", "offset": str(offsets[topic]), "delayLevel": delay, "originTopic": "Public",
+                "originMsgId": "", "unitMode": "false", "maxReconsumeTimes": "16"})
+
+        before = {t: await queue_end(client, broker, t) for t in (retry, dead)}
+        topics = await topic_names(client, broker)
+        for where in (broker, door):
+            for delay in ("0", "-1"):  # to the retry topic (delayed), or straight to the DLQ
+                answer = await client.invoke(where, signed(back("Secret", delay), READER))
+                assert answer.code == ResponseCode.NO_PERMISSION, (where, delay, answer.code, answer.remark)
+                assert "no SUB permission on topic 'Secret'" in answer.remark, answer.remark
+        assert {t: await queue_end(client, broker, t) for t in (retry, dead)} == before
+        assert (await topic_names(client, broker)) - topics == set(), "a refused send-back created a topic"
+        for topic, where in ((retry, broker), ("Public", door)):
+            answer = await client.invoke(where, signed(back(topic, "-1"), READER))
+            assert answer.code == ResponseCode.SUCCESS, (topic, answer.remark)
+        dead_letters = await queue_bodies(client, broker, dead)
+        assert {b"back from %RETRY%readers", b"back from Public"} <= set(dead_letters)
+        assert b"back from Secret" not in dead_letters
 
 
 def send_request(topic: str, message_id: str, **system: object) -> pb.SendMessageRequest:

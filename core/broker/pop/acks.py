@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from core.broker.headers import HeaderFieldError
-from core.broker.pop.headers import AckHeader
 from core.broker.pop.revive import REVIVE_QUEUES, ack_record, checkpoint_record, now_ms, write_revive_records
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.remoting.header_fields import HeaderFieldError
+from core.remoting.pop_headers import AckHeader
+from core.remoting.request_headers import NoHeader
 from formats.pop import (
     CHECKPOINT_MESSAGES_MAX,
     ORDER_REVIVE_QID,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from core.broker.broker import Broker
 
 
-def handle_batch_ack(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+def handle_batch_ack(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> Reply:
     """BATCH_ACK_MESSAGE: per checkpoint, the acked offsets as a bitset over (offset - start)."""
     try:
         acks = batch_acks(request.body)
@@ -80,19 +81,15 @@ async def _write_batch_acks(broker: Broker, request: RemotingCommand, acks: list
     return failed or request.reply(ResponseCode.SUCCESS)
 
 
-def handle_ack(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
-    return _ack_or_change(broker, request, change=False)
+def handle_ack(broker: Broker, header: AckHeader, request: RemotingCommand, conn: Connection) -> Reply:
+    return _ack_or_change(broker, header, request, change=False)
 
 
-def handle_change_invisible(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
-    return _ack_or_change(broker, request, change=True)
+def handle_change_invisible(broker: Broker, header: AckHeader, request: RemotingCommand, conn: Connection) -> Reply:
+    return _ack_or_change(broker, header, request, change=True)
 
 
-def _ack_or_change(broker: Broker, request: RemotingCommand, *, change: bool) -> Reply:
-    try:
-        header = AckHeader.of(request, change=change)
-    except HeaderFieldError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+def _ack_or_change(broker: Broker, header: AckHeader, request: RemotingCommand, *, change: bool) -> Reply:
     config = broker.topics.get(header.topic)
     if config is None:
         return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")

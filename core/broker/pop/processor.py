@@ -27,15 +27,20 @@ from typing import TYPE_CHECKING
 import trio
 
 from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
-from core.broker.headers import HeaderFieldError
 from core.broker.long_polling import ANY_QUEUE, HeldSlot
-from core.broker.pop.headers import INIT_MAX, POLL_TIME_MAX_MS, POP_MESSAGES_MAX, PopHeader
 from core.broker.pop.order import Turn
 from core.broker.pop.revive import REVIVE_QUEUES, checkpoint_record, now_ms, write_revive_records
 from core.broker.pull import FILTER_SCAN_ENTRIES_MAX, matching_records
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.remoting.pop_headers import (
+    INIT_MAX,
+    POLL_TIME_MAX_MS,
+    POP_MESSAGES_MAX,
+    NotificationHeader,
+    PopHeader,
+)
 from formats.pop import ORDER_REVIVE_QID, RETRY_NORMAL, RETRY_V1, CheckPoint, retry_topic
 
 if TYPE_CHECKING:
@@ -56,11 +61,7 @@ class Popped:
     rest: int = 0
 
 
-def handle_pop(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
-    try:
-        header = PopHeader.of(request)
-    except HeaderFieldError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+def handle_pop(broker: Broker, header: PopHeader, request: RemotingCommand, conn: Connection) -> Reply:
     if header.max_msg_nums > POP_MESSAGES_MAX or header.max_msg_nums < 1:
         return request.reply(ResponseCode.INVALID_PARAMETER, f"maxMsgNums {header.max_msg_nums} is not in [1, 32]")
     config = broker.topics.get(header.topic)
@@ -257,15 +258,10 @@ def _answer_ordered(broker: Broker, request: RemotingCommand, header: PopHeader,
         "orderCountInfo": ";".join(counts)}, body=b"".join(popped.parts))
 
 
-def handle_notification(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+def handle_notification(broker: Broker, asked: NotificationHeader, request: RemotingCommand,
+                        conn: Connection) -> Reply:
     """NOTIFICATION: hasMsg at once when a POP would find a message, else after a long poll."""
-    ext = request.ext_fields
-    pop_like = RemotingCommand(code=request.code, ext_fields={
-        **ext, "maxMsgNums": "1", "invisibleTime": "1", "initMode": ext.get("initMode", "0")})
-    try:
-        header = PopHeader.of(pop_like)
-    except HeaderFieldError as exc:
-        return request.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    header = asked.as_pop()
     config = broker.topics.get(header.topic)
     if config is None:
         return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")

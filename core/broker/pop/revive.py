@@ -141,21 +141,21 @@ def make_pop_ready(broker: Broker) -> None:
 def when_pop_ready(handler: Handler) -> Handler:
     """``handler`` for a POP request, run once a writable broker's POP offsets are recovered (at
     most :data:`POP_READY_WAIT_S` later: then SYSTEM_BUSY). A read-only broker answers at once."""
-    def handle(broker: Broker, request: RemotingCommand, conn: Connection) -> Reply:
+    def handle(broker: Broker, header: object, request: RemotingCommand, conn: Connection) -> Reply:
         if broker.pop_ready.is_set() or not broker.replication.writable:
-            return handler(broker, request, conn)
-        return _when_ready(handler, broker, request, conn)
+            return handler(broker, header, request, conn)
+        return _when_ready(handler, broker, header, request, conn)
     return handle
 
 
-async def _when_ready(handler: Handler, broker: Broker, request: RemotingCommand,
+async def _when_ready(handler: Handler, broker: Broker, header: object, request: RemotingCommand,
                       conn: Connection) -> RemotingCommand | None:
     with trio.move_on_after(POP_READY_WAIT_S):
         while broker.replication.writable and not broker.pop_ready.is_set():
             await broker.pop_ready.wait()  # set when ready, or when the role changes again
     if broker.replication.writable and not broker.pop_ready.is_set():
         return request.reply(ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST] POP offsets are still being recovered")
-    reply = handler(broker, request, conn)
+    reply = handler(broker, header, request, conn)
     return await reply if inspect.isawaitable(reply) else reply
 
 
