@@ -176,9 +176,9 @@ class BrokerSettings:
     slave_sync_interval_ms: int = 10_000
     # what one peer may take (see core/remoting/limits.py); beyond: refused, SYSTEM_BUSY or closed
     connections_max: int = 1024
-    inflight_requests_max: int = 2048  # per connection: requests being handled at once
+    inflight_requests_max: int = 1024  # per connection: requests being handled at once
     inflight_bytes_max: int = 64 * MiB  # per connection: their bytes
-    held_pulls_per_connection_max: int = 1024  # a consumer holds one per queue it reads here
+    held_pulls_per_connection_max: int = 512  # a consumer holds one per queue it reads here
     large_frames_bytes_max: int = 256 * MiB  # node-wide: frames of 1 MiB or more being received
 
     def __post_init__(self) -> None:

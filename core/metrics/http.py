@@ -102,8 +102,9 @@ async def _serve_connection(stream: trio.SocketStream, registry: CollectorRegist
             answer = _response(200, b"mqctl node: metrics at /metrics\n", close=close)
         else:
             answer = _response(404, b"not found: metrics are at /metrics\n", close=close)
-        await stream.send_all(answer)
-        if close:
+        with trio.move_on_after(IDLE_TIMEOUT_S) as waited:  # a scraper that never reads does not keep its place
+            await stream.send_all(answer)
+        if close or waited.cancelled_caught:
             return
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 import trio
 
@@ -92,6 +93,37 @@ class Forwarder:
                 continue
             return copy_response(request, resp)
         return request.reply(ResponseCode.SYSTEM_ERROR, f"the proxy reaches no name server ({last_error})")
+
+    def ask_name_servers_then(self, request: RemotingCommand, then: Callable[[RemotingCommand], None]) -> bool:
+        """:meth:`ask_name_servers` for a request that wants an answer, without a task: the
+        answer goes to ``then`` (a name server that fails passes the request to the next).
+        False, and nothing sent, when no name server's connection is open yet: the caller
+        awaits :meth:`ask_name_servers` then. A client asking faster than it reads holds a
+        callback a request here, not a task."""
+        addresses = [a for a in self._namesrv if self._namesrv_client.connected(a) is not None]
+        if not addresses or request.is_oneway:
+            return False
+
+        def ask(i: int, last_error: str) -> None:
+            for j in range(i, len(addresses)):
+                conn = self._namesrv_client.connected(addresses[j])
+                if conn is None:
+                    continue
+                try:
+                    conn.request_then(copy_request(request), NAMESRV_TIMEOUT_S, partial(answered, j))
+                    return
+                except RemotingError as exc:
+                    last_error = f"{addresses[j]}: {exc}"
+            then(request.reply(ResponseCode.SYSTEM_ERROR, f"the proxy reaches no name server ({last_error})"))
+
+        def answered(i: int, outcome: Outcome) -> None:
+            if isinstance(outcome, RemotingCommand):
+                then(copy_response(request, outcome))
+            else:
+                ask(i + 1, f"{addresses[i]}: {outcome}")
+
+        ask(0, "no name server connected")
+        return True
 
 
 
@@ -249,6 +281,42 @@ class Forwarder:
                 self._through_door(answer, group)
             return answer
         return None if request.is_oneway else request.reply(ResponseCode.SYSTEM_ERROR, f"proxy: {last_error}")
+
+    def read_then(self, request: RemotingCommand, session: ClientSession, group: str,
+                  answer: Callable[[RemotingCommand | None], None]) -> bool:
+        """:meth:`read` without a task when the session has a connection to the member it would
+        ask first: the answer goes to ``answer``; a failure goes on as :meth:`read` does, in a
+        task. False, and nothing sent: use :meth:`read` (a client asking faster than it reads
+        then holds a callback a request here, not a task)."""
+        members = self.view.members(group)
+        upstream = session.connected(members[0]) if members and not request.is_oneway else None
+        if upstream is None:
+            return False
+        member = members[0]
+
+        def settled(outcome: Outcome) -> None:
+            if isinstance(outcome, RemotingCommand):
+                reply = copy_response(request, outcome)
+                if request.code == RequestCode.PULL_MESSAGE:
+                    self._through_door(reply, group)
+                answer(reply)
+                return
+            if session.closed:  # the client left and its connections were closed here: nothing to ask again
+                answer(request.reply(ResponseCode.SYSTEM_ERROR, "client left"))
+                return
+            session.drop(member)
+            self.view.suspect(group, member)
+            self._nursery.start_soon(self._read_after, request, session, group, answer)
+
+        try:
+            upstream.request_then(session.outgoing(request), self._timeout(request, None), settled)
+        except RemotingError:
+            return False
+        return True
+
+    async def _read_after(self, request: RemotingCommand, session: ClientSession, group: str,
+                          answer: Callable[[RemotingCommand | None], None]) -> None:
+        answer(await self.read(request, session, group))
 
     async def to_every_member(self, request: RemotingCommand, session: ClientSession,
                               group: str) -> RemotingCommand | None:

@@ -53,6 +53,11 @@ class RemotingClient:
         self._connections: dict[str, Connection] = {}
         self._locks: dict[str, trio.Lock] = {}
 
+    def connected(self, address: str) -> Connection | None:
+        """The open connection to ``address``, if there is one (no connecting)."""
+        conn = self._connections.get(address)
+        return conn if conn is not None and not conn.closed.is_set() else None
+
     async def connection(self, address: str) -> Connection:
         conn = self._connections.get(address)
         if conn is not None and not conn.closed.is_set():

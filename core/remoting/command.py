@@ -243,24 +243,25 @@ class FrameDecoder:
             return 0
         return 4 + int(_I32.unpack_from(self._buf, 0)[0])
 
-    def feed(self, data: bytes | bytearray) -> list[RemotingCommand | HeaderError]:
-        """Commands completed by ``data``; a :class:`HeaderError` stands in for a frame whose
-        header was unusable (the stream itself is still in step). Raises :class:`FrameError`
-        when the stream cannot be framed."""
+    def feed(self, data: bytes | bytearray, frames_max: int = 1 << 30) -> list[RemotingCommand | HeaderError]:
+        """Commands completed by ``data``, at most ``frames_max`` of them (feed ``b""`` for the
+        rest); a :class:`HeaderError` stands in for a frame whose header was unusable (the stream
+        itself is still in step). Raises :class:`FrameError` when the stream cannot be framed."""
         self._buf += data
         out: list[RemotingCommand | HeaderError] = []
         buf = self._buf
         with memoryview(buf) as view:  # slices copied once (a bytearray slice is copied twice)
-            pos = self._frames(buf, view, out)
+            pos = self._frames(buf, view, out, frames_max)
         if pos:
             del buf[:pos]
         return out
 
-    def _frames(self, buf: bytearray, view: memoryview, out: list[RemotingCommand | HeaderError]) -> int:
-        """Decode the whole frames at the start of ``buf`` into ``out``; returns where the
-        first incomplete one begins."""
+    def _frames(self, buf: bytearray, view: memoryview, out: list[RemotingCommand | HeaderError],
+                frames_max: int) -> int:
+        """Decode the whole frames at the start of ``buf`` into ``out``, at most ``frames_max``;
+        returns where the first one not decoded begins."""
         pos = 0
-        while len(buf) - pos >= 4:
+        while len(buf) - pos >= 4 and len(out) < frames_max:
             (length,) = _I32.unpack_from(buf, pos)
             if length < 4 or length > self.frame_size_max:
                 raise FrameError(f"frame length {length} outside 4..{self.frame_size_max}")

@@ -8,6 +8,11 @@ task so a held long-poll never blocks the reader), or later without a task (retu
 which costs no task, event or wake-up per request). A request can likewise be sent with a
 callback instead of a waiting task (:meth:`Connection.request_then`). Each connection bounds
 its queued frames, its in-flight handlers and its pending requests.
+
+A connection a server accepted (``serving``) stops reading while its answers fill its out
+buffer (queued and being written: a peer that asks and never reads is not read either), and
+decodes a read a batch of frames at a time, letting the node's other connections have their
+turn between batches. A client's connection always reads: its peer's answers are what drain it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import Protocol
 
 import trio
 
@@ -34,11 +38,10 @@ from core.remoting.command import (
     RemotingCommand,
     frame_parts,
 )
-from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
+from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits, LargeFrameHold
 from core.remoting.pending import (
     ANSWER_LATER,
     TOUCHED,
-    AnswerLater,
     Callback,
     ConnectionStatistics,
     Outcome,
@@ -46,37 +49,19 @@ from core.remoting.pending import (
     Waiting,
     request_bytes,
 )
+from core.remoting.processor import Processor, Reply, RpcHooks
 
 __all__ = ["ANSWER_LATER", "Connection", "Outcome", "Processor", "Reply", "RpcHooks", "request_bytes"]
 
 log = logging.getLogger(__name__)
 
 RECEIVE_BYTES = 256 * 1024
+FRAMES_PER_BATCH = 256  # frames decoded and handled before the rest of a read is decoded
 OUT_BUFFER_BYTES_MAX = 4 * 1024 * 1024  # queued outgoing bytes before senders wait
 SWEEP_S = 0.05  # how often request deadlines are checked
 
 PENDING_MAX = 65536
 OWN_OPAQUES_FROM = 1 << 30
-
-
-
-# What a processor returns: a response now, one later (an awaitable, or ANSWER_LATER), or
-# nothing (oneway).
-Reply = RemotingCommand | Awaitable[RemotingCommand | None] | AnswerLater | None
-class Processor(Protocol):
-    """Handles the requests arriving on connections."""
-
-    def process(self, request: RemotingCommand, conn: Connection) -> Reply: ...
-
-
-class RpcHooks(Protocol):
-    """The plugin hooks a connection calls around each request (the plugin host is one)."""
-
-    def has_rpc_hooks(self) -> bool: ...
-
-    def rpc_before_request(self, conn: Connection, request: RemotingCommand) -> None: ...
-
-    def rpc_after_response(self, conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None: ...
 
 
 class Connection:
@@ -95,37 +80,33 @@ class Connection:
         plugins: RpcHooks | None = None,
         keep_frames: bool = False,
         latency: Histogram | None = None,
+        serving: bool = False,
     ) -> None:
         self.stream = stream
         self.latency = latency  # seconds from a request's read to its answer, by (request, response) code
         self.keep_frames = keep_frames  # commands read carry their frames (RemotingCommand.frame)
+        self.serving = serving  # a server's connection: see _room_for_answers
         self.processor = processor
         self.remote = remote
         self.frame_size_max = frame_size_max
         self.limits = limits
-        # node-wide: a large frame reserves its size here before its bytes are buffered
-        self.large_frames = large_frames
+        self.large_frames = large_frames  # node-wide: a large frame reserves its size here before it is read
         self.plugins = plugins
         self._rpc_hooks = plugins is not None and plugins.has_rpc_hooks()
         # Outgoing frames accumulate here; the writer sends everything queued in one write.
-        self._out = bytearray()
-        self._out_frames = 0
-        self._out_max = out_buffer_max
+        self._out, self._out_frames, self._out_max = bytearray(), 0, out_buffer_max
         self._writer_lot = trio.lowlevel.ParkingLot()  # the writer waits here for frames
-        self._writing = False  # a send_all is in progress (the writer's, or a reader's flush)
+        self._writing = 0  # octets of the send_all in progress (the writer's, or a reader's flush)
         self._room_lot = trio.lowlevel.ParkingLot()  # senders wait here for buffer room
         self._pending: dict[int, Waiting | Callback] = {}
         self._deadlines: list[tuple[float, int]] = []
         # a connection that passes its peers' frames on takes its own opaques far from theirs
         # (clients count from 0), so that one it takes does not push theirs to copies after it
         self._opaques = itertools.count(OWN_OPAQUES_FROM if keep_frames else 1)
-        self._inflight = 0
-        self._inflight_bytes = 0
+        self._inflight = self._inflight_bytes = 0
         self._nursery: trio.Nursery | None = None
         self.closed = trio.Event()
-        self._frames_received = 0
-        self._frames_sent = 0
-        self._sends = 0
+        self._frames_received = self._frames_sent = self._sends = 0
         self.attributes: dict[str, object] = {}  # what the processor remembers about the peer
 
     # ------------------------------------------------------------------ lifecycle
@@ -154,11 +135,8 @@ class Connection:
             self._nursery.cancel_scope.cancel()
 
     def statistics(self) -> ConnectionStatistics:
-        return ConnectionStatistics(
-            frames_received=self._frames_received, frames_sent=self._frames_sent,
-            sends=self._sends, inflight=self._inflight, pending_requests=len(self._pending),
-            queued_frames=self._out_frames,
-        )
+        return ConnectionStatistics(self._frames_received, self._frames_sent, self._sends, self._inflight,
+                                    len(self._pending), self._out_frames)
 
     # ------------------------------------------------------------------ reading
 
@@ -166,56 +144,61 @@ class Connection:
         decoder = FrameDecoder(self.frame_size_max, keep_frames=self.keep_frames)
         touched = Touched()
         TOUCHED.set(touched)
-        reserved = 0  # of the node's large-frame budget, for the frame being received
-        deadline = math.inf  # by when that frame must be complete
+        hold = LargeFrameHold(self.large_frames, self.limits) if self.large_frames is not None else None
         try:
             while True:
-                try:
-                    if deadline == math.inf:  # no cancel scope per read when no large frame is due
-                        data = await self.stream.receive_some(RECEIVE_BYTES)
-                    else:
-                        with trio.move_on_at(deadline) as waited:
-                            data = await self.stream.receive_some(RECEIVE_BYTES)
-                        if waited.cancelled_caught:
-                            log.warning("%s: closing connection: a %d-byte frame not complete within %.0f s",
-                                        self.remote, reserved, self.limits.large_frame_s)
-                            return
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    return
+                data = await self._receive(hold.deadline if hold is not None else math.inf)
                 if not data:
                     return
-                try:
-                    items = decoder.feed(data)
-                except FrameError as exc:
-                    log.warning("%s: closing connection: %s", self.remote, exc)
-                    return
-                if self.large_frames is not None:
-                    # before the completed frames are handled (that may wait on a slow peer):
-                    # a finished large frame gives its bytes back at once
-                    partial = decoder.partial_frame_bytes
-                    wanted = partial if partial >= self.limits.large_frame_bytes else 0
-                    if wanted != reserved:
-                        self.large_frames.release(reserved)
-                        reserved, deadline = 0, math.inf
-                        if wanted and not self.large_frames.reserve(wanted):
-                            log.warning("%s: closing connection: a %d-byte frame would pass the node's "
-                                        "%d bytes for large frames in progress", self.remote, wanted,
-                                        self.large_frames.limit)
-                            return
-                        if wanted:
-                            reserved, deadline = wanted, trio.current_time() + self.limits.large_frame_s
-                touched.open = True
-                try:
-                    handled = await self._handle(items)
-                finally:
-                    touched.open = False
-                while touched:
-                    await touched.pop().flush()
-                if not handled:
-                    return
+                while True:  # the frames of one read, a batch at a time (a flood is not all parsed at once)
+                    try:
+                        items = decoder.feed(data, FRAMES_PER_BATCH)
+                    except FrameError as exc:
+                        log.warning("%s: closing connection: %s", self.remote, exc)
+                        return
+                    data = b""
+                    # before the completed frames are handled (that may wait on a slow peer)
+                    if hold is not None and not hold.follow(decoder.partial_frame_bytes, trio.current_time()):
+                        log.warning("%s: closing connection: a %d-byte frame would pass the node's budget for "
+                                    "large frames in progress", self.remote, decoder.partial_frame_bytes)
+                        return
+                    touched.open = True
+                    try:
+                        handled = await self._handle(items)
+                    finally:
+                        touched.open = False
+                    while touched:
+                        await touched.pop().flush()
+                    if not handled:
+                        return
+                    if len(items) < FRAMES_PER_BATCH:
+                        break
+                    await trio.lowlevel.checkpoint()  # the node's other connections have their turn
+                    await self._room_for_answers()
         finally:
-            if self.large_frames is not None:
-                self.large_frames.release(reserved)
+            if hold is not None:
+                hold.release()
+
+    async def _room_for_answers(self) -> None:
+        """A serving connection waits while its answers fill the out buffer (the peer is not
+        reading them); a client's always reads on: its answers drain the other side."""
+        while self.serving and len(self._out) + self._writing >= self._out_max and not self.closed.is_set():
+            self._writer_lot.unpark()
+            await self._room_lot.park()
+
+    async def _receive(self, deadline: float) -> bytes | bytearray:
+        """The next bytes read, b"" when the connection is over (closed, or a large frame late)."""
+        await self._room_for_answers()
+        try:
+            if deadline == math.inf:  # no cancel scope per read when no large frame is due
+                return await self.stream.receive_some(RECEIVE_BYTES)
+            with trio.move_on_at(deadline):
+                return await self.stream.receive_some(RECEIVE_BYTES)
+            log.warning("%s: closing connection: a large frame not complete within %.0f s", self.remote,
+                        self.limits.large_frame_s)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        return b""
 
     async def _handle(self, items: list[RemotingCommand | HeaderError]) -> bool:
         """Answer or dispatch what one read completed; False when the connection must close."""
@@ -226,7 +209,10 @@ class Connection:
                 if item.opaque is None:
                     log.warning("%s: closing connection: unusable header: %s", self.remote, item)
                     return False
-                log.warning("%s: bad request header: %s", self.remote, item)
+                if "bad header logged" not in self.attributes:  # once: a stream of them would fill the log
+                    self.attributes["bad header logged"] = True
+                    log.warning("%s: bad request header (further ones are answered, not logged): %s", self.remote,
+                                item)
                 await self._send_frame(RemotingCommand(
                     code=ResponseCode.SYSTEM_ERROR, opaque=item.opaque, flag=1,
                     remark=f"bad request header: {item}", language="JAVA"))
@@ -293,7 +279,12 @@ class Connection:
         finally:
             self._inflight -= 1
             self._inflight_bytes -= size
-        if response is not None:
+        if response is None or request.flag & FLAG_ONEWAY or self.closed.is_set():
+            return
+        if self.serving:  # queued at once: the reader stops while answers wait, no task parks holding one
+            self._answered(request, response)
+            self._queue_frame(response)
+        else:
             await self.reply(request, response)
 
     async def reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
@@ -356,22 +347,22 @@ class Connection:
             return
         data, frames = self._out, self._out_frames
         self._out, self._out_frames = bytearray(), 0
-        self._writing = True
+        self._writing = len(data)
         try:
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
             self.close()
             return
         finally:
-            self._writing = False
+            self._writing = 0
         self._frames_sent += frames
         self._sends += 1
         if self._out and self._writer_lot:  # queued while this write went on
             self._writer_lot.unpark()
 
     def _queue_frame(self, cmd: RemotingCommand) -> None:
-        """Queue ``cmd`` for the writer without waiting for buffer room: for answers and relayed
-        requests, which the peer's in-flight limits bound already."""
+        """Queue ``cmd`` for the writer without waiting for buffer room: answers (a serving
+        reader stops while they wait) and relayed requests (bounded by the peer's in-flight limits)."""
         out = self._out
         for part in frame_parts(cmd):
             out += part
@@ -381,7 +372,7 @@ class Connection:
 
     async def _send_frame(self, cmd: RemotingCommand) -> None:
         """Queue ``cmd`` for the writer; waits only while the outgoing buffer is full."""
-        while len(self._out) >= self._out_max and not self.closed.is_set():
+        while len(self._out) + (self._writing if self.serving else 0) >= self._out_max and not self.closed.is_set():
             await self._room_lot.park()
         if self.closed.is_set():
             raise ConnectionClosedError(f"connection to {self.remote} is closed")
@@ -394,11 +385,11 @@ class Connection:
                     await self._writer_lot.park()
                 data, frames = self._out, self._out_frames
                 self._out, self._out_frames = bytearray(), 0
-                self._writing = True
+                self._writing = len(data)
                 try:
                     await self.stream.send_all(data)
                 finally:
-                    self._writing = False
+                    self._writing = 0
                 self._frames_sent += frames
                 self._sends += 1
                 if self._room_lot:

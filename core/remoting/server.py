@@ -14,6 +14,10 @@ from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
 
 log = logging.getLogger(__name__)
 
+# a served connection's answers not yet taken by the socket, before it stops reading its peer (a
+# client that asks and never reads holds this much here, besides its requests in flight)
+ANSWERS_BYTES_MAX = 1 << 20
+
 REFUSAL_LOG_INTERVAL_S = 10.0  # refused connections are logged at most this often (a flood logs little)
 
 
@@ -25,6 +29,7 @@ async def serve_remoting(
     frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
     plugins: RpcHooks | None = None,
     on_close: Callable[[Connection], None] | None = None,
+    on_open: Callable[[Connection], None] | None = None,
     limits: ConnectionLimits = DEFAULT_LIMITS,
     keep_frames: bool = False,
     latency: Histogram | None = None,
@@ -33,7 +38,9 @@ async def serve_remoting(
     """Serve ``processor`` on ``host:port`` until cancelled; reports the bound port. Connections
     beyond ``limits.connections_max`` are closed as they arrive. ``keep_frames``: each request
     also carries its frame as it arrived (the proxy passes frames on). ``latency``: each answer's
-    time from its request's read, by (request code, response code)."""
+    time from its request's read, by (request code, response code). ``on_open``: called with
+    each accepted connection before its first frame is read (the raft port starts its
+    membership deadline there)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     large_frames = ByteBudget(limits.large_frames_bytes_max)
@@ -59,7 +66,9 @@ async def serve_remoting(
         open_count += 1
         conn = Connection(stream, processor, remote=remote, frame_size_max=frame_size_max,
                           limits=limits, large_frames=large_frames, plugins=plugins, keep_frames=keep_frames,
-                          latency=latency)
+                          latency=latency, serving=True, out_buffer_max=ANSWERS_BYTES_MAX)
+        if on_open is not None:
+            on_open(conn)
         try:
             await conn.run()
         finally:

@@ -34,6 +34,12 @@ from core.remoting.connection import ANSWER_LATER, Connection, Reply
 
 log = logging.getLogger(__name__)
 
+# what one client connection may have asked the name servers through the proxy and not had
+# answered (its routes and cluster table); past it SYSTEM_BUSY, so a client asking faster than it
+# reads holds little here
+NAMESRV_QUERIES_IN_FLIGHT_MAX = 64
+_ASKING = "namesrv_queries_in_flight"
+
 
 class RemotingDoor:
     """The processor of every remoting listener of one proxy; ``door_group`` names the
@@ -84,7 +90,15 @@ class RemotingDoor:
         if group is None and request.code == RequestCode.GET_BROKER_RUNTIME_INFO:
             return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": self.runtime_table()}))
         if group is None or request.code in ROUTING:
-            return self._as_name_server(request)
+            asking = conn.attributes.get(_ASKING, 0)
+            assert isinstance(asking, int)
+            if asking >= NAMESRV_QUERIES_IN_FLIGHT_MAX:  # a client asks routes every 30 s: this is a flood
+                return request.reply(ResponseCode.SYSTEM_BUSY, f"[REJECTREQUEST]system busy: {asking} name server "
+                                     "queries of this connection in flight")
+            conn.attributes[_ASKING] = asking + 1
+            if self.forwarder.ask_name_servers_then(request, partial(self._named, conn, request)):
+                return ANSWER_LATER
+            return self._as_name_server(request, conn)
         if group not in self.view.groups and group not in self.doors.listens:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"proxy: no broker group named {group[:100]!r} "
                                  f"(groups: {', '.join(sorted(self.view.groups)) or 'none yet'})")
@@ -104,14 +118,27 @@ class RemotingDoor:
                                     partial(conn.answer_frame, request)):
                 return ANSWER_LATER
             return self.forwarder.write(request, session, group)
+        if self.forwarder.read_then(request, session, group, partial(conn.answer, request)):
+            return ANSWER_LATER
         return self.forwarder.read(request, session, group)
 
 
     # ------------------------------------------------------------------ the name server role
 
-    async def _as_name_server(self, request: RemotingCommand) -> RemotingCommand | None:
-        answer = await self.forwarder.ask_name_servers(request)
-        if answer is not None and answer.code == ResponseCode.SUCCESS and answer.body:
+    async def _as_name_server(self, request: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        try:
+            answer = await self.forwarder.ask_name_servers(request)
+        finally:
+            conn.attributes[_ASKING] -= 1  # type: ignore[operator]
+        return self._with_doors(request, answer) if answer is not None else None
+
+    def _named(self, conn: Connection, request: RemotingCommand, answer: RemotingCommand) -> None:
+        conn.attributes[_ASKING] -= 1  # type: ignore[operator]
+        conn.answer(request, self._with_doors(request, answer))
+
+    def _with_doors(self, request: RemotingCommand, answer: RemotingCommand) -> RemotingCommand:
+        """A name server's answer with the proxy's doors where it names brokers."""
+        if answer.code == ResponseCode.SUCCESS and answer.body:
             if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
                 answer.body = self.doors.rewrite_route(answer.body)
             elif request.code == RequestCode.GET_BROKER_CLUSTER_INFO:
