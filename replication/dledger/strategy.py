@@ -27,6 +27,7 @@ from formats.errors import FormatError
 from replication.dledger.driver import RaftDriver
 from replication.dledger.raft_node import RaftSettings, Role
 from replication.dledger.store import DLedgerMessageStore
+from replication.member_keys import Membership
 from replication.watermark_waiters import AckWaiters
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,8 @@ class DLedgerReplication:
         self.settings = settings or RaftSettings(sync_appends=store.config.flush == "sync",
                                                  flush_interval_s=store.config.flush_interval_ms / 1000)
         self.driver = RaftDriver(node.name, node.node, self.peers, store.root, store.config.segment_size_bytes,
-                                 self.settings, log=store.raft_log, on_commit=self._committed)
+                                 self.settings, log=store.raft_log, on_commit=self._committed,
+                                 membership=Membership.from_config(config))  # ACL on: members prove it
         self.commits = AckWaiters()  # watermark: commit index + 1
         self._leading = False
         self._role_changed = trio.Event()
@@ -126,6 +128,7 @@ class DLedgerReplication:
             "raftWritable": str(self._leading).lower(),
             "raftWatermarks": orjson.dumps(node.watermarks() if node is not None else {}).decode(),
             "raftPeers": orjson.dumps(self.peers).decode(),
+            "raftRejectedFrames": str(driver.transport.stats.rejected),
         }
 
     def metrics(self) -> ReplicationMetrics:

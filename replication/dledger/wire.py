@@ -7,6 +7,19 @@ the body, in the data-file layout of formats.dledger (48-byte header, then the e
 a run the leader read from its data files travels as those bytes, its ``pos`` fields telling
 where the leader placed each entry (entries from memory carry ``pos`` 0). The receiver's log
 decides where an entry lies. Only mqctl nodes speak it.
+
+With ACL on, each new connection first proves membership (:mod:`replication.membership`'s
+messages, in frame bodies; requests answered on the same connection, unlike raft messages)::
+
+    sender                                          receiver (the raft port)
+      | -- MEMBER_HELLO 51020 (empty) -------------> |
+      | <-------------- response: body = CHALLENGE -- |
+      | -- MEMBER_PROOF 51021 (body = PROOF) -------> |  checked: else closed, no answer
+      | <-------------- response: body = ACCEPT ----- |  checked by the sender: else closed
+      | -- raft messages, oneway, as above ---------> |
+
+A receiver with ACL on drops every other frame of a connection that has not proven membership
+and closes it; nothing of it reaches the raft core.
 """
 
 from __future__ import annotations
@@ -37,6 +50,8 @@ HEART_BEAT_RESPONSE = 51012
 PUSH_RESPONSE = 51014
 RAFT_CODES = frozenset({VOTE, HEART_BEAT, PUSH, LEADERSHIP_TRANSFER, VOTE_RESPONSE, HEART_BEAT_RESPONSE,
                         PUSH_RESPONSE})
+MEMBER_HELLO = 51020  # ACL on: a new connection asks for a challenge
+MEMBER_PROOF = 51021  # ... and answers it (replication.membership's PROOF in the body)
 
 
 class WireError(ValueError):

@@ -19,6 +19,7 @@ class SlaveLink:
     connected_at: float  # trio time
     last_heard: float
     acked: int | None = None  # its newest report; None until the first
+    member: str = ""  # the broker id it proved (ACL on), else unknown
 
 
 class WriteTimeline:

@@ -1,9 +1,12 @@
 """The slave's side (RocketMQ's HAClient): connect to the master's HA port, report the offset
-to start from, verify and append what streams in, acknowledge, reconnect when the link drops."""
+to start from, verify and append what streams in, acknowledge, reconnect when the link drops.
+With ACL on, it first proves its membership and checks the master's
+(:mod:`replication.master_slave.handshake`)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -12,6 +15,7 @@ from core.errors import StoreError
 from core.remoting.client import outgoing_host, split_address
 from core.store.message_store import MessageStore
 from replication.errors import ProtocolError
+from replication.master_slave.handshake import prove_to_master
 from replication.master_slave.protocol import TransferParser, encode_report
 from replication.master_slave.slave_session import (
     VERIFY_WINDOW_BYTES,
@@ -21,6 +25,7 @@ from replication.master_slave.slave_session import (
     ReplicaSession,
     Truncate,
 )
+from replication.membership import HANDSHAKE_TIMEOUT_S, Connector, MembershipError
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +37,13 @@ FIRST_RETRY_S = 0.2
 class HAClient:
     """Keeps a slave's store a byte-for-byte copy of its master's CommitLog."""
 
-    def __init__(self, store: MessageStore, settings: ReplicationConfig) -> None:
+    def __init__(self, store: MessageStore, settings: ReplicationConfig, *,
+                 prover: Callable[[], Connector] | None = None) -> None:
+        """``prover``: with ACL on, a fresh connector for each connection's handshake."""
         self.store = store
         self.settings = settings
+        self._prover = prover
+        self._refused_by_master: str | None = None  # the last handshake failure, logged once
         self.master_ha: str | None = None
         self.connected = False
         self.local_addr: str | None = None
@@ -83,6 +92,8 @@ class HAClient:
         sending = trio.StrictFIFOLock()  # the receive loop and the periodic report share the stream
         again = False
         try:
+            if self._prover is not None and not await self._prove(stream, address):
+                return False
             self.local_addr = "{}:{}".format(*stream.socket.getsockname()[:2])
             self.connected = True
             self.links_made += 1
@@ -106,6 +117,28 @@ class HAClient:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
         return again
+
+    async def _prove(self, stream: trio.SocketStream, address: str) -> bool:
+        """The membership handshake on a new link; False when it failed (the caller closes it)."""
+        assert self._prover is not None
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                await prove_to_master(stream, self._prover())
+            if self._refused_by_master is not None:
+                log.info("master %s accepted this slave's membership proof", address)
+            self._refused_by_master = None
+            return True
+        except trio.TooSlowError:
+            why = f"no answer to the membership handshake within {HANDSHAKE_TIMEOUT_S:.0f} s"
+        except MembershipError as exc:
+            why = f"{exc} (with [acl] enabled, master and slave need the same admin account's keys; the " \
+                  "master's log says what it refused)"
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            why = f"the link broke during the membership handshake: {exc}"
+        if why != self._refused_by_master:  # once per reason, not at every retry
+            log.warning("master %s: %s", address, why)
+            self._refused_by_master = why
+        return False
 
     async def _receive(self, stream: trio.SocketStream, sending: trio.StrictFIFOLock,
                        session: ReplicaSession) -> bool:

@@ -1,10 +1,13 @@
 """The master's side (RocketMQ's HAService): accept slaves on the HA port and run one
 :class:`HAConnection` each; keep the slaves' links, their best ack for sync sends, and the log's
-growth timeline that turns a lag in bytes into seconds."""
+growth timeline that turns a lag in bytes into seconds. With ACL on, a peer first proves it is
+a slave of this group (:mod:`replication.master_slave.handshake`); until then it is sent
+nothing but the challenge, and it is disconnected when it fails or takes too long."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -15,6 +18,8 @@ from replication.errors import ProtocolError
 from replication.master_slave.acks import SlaveLink, WriteTimeline
 from replication.master_slave.group_transfer import GroupTransferService
 from replication.master_slave.ha_connection import HAConnection
+from replication.master_slave.handshake import admit_slave
+from replication.membership import HANDSHAKE_TIMEOUT_S, Acceptor, MembershipError
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +27,13 @@ log = logging.getLogger(__name__)
 class HAService:
     """Streams the master's CommitLog to every slave that connects."""
 
-    def __init__(self, store: MessageStore, settings: ReplicationConfig, sync_timeout_s: float) -> None:
+    def __init__(self, store: MessageStore, settings: ReplicationConfig, sync_timeout_s: float, *,
+                 gate: Callable[[], Acceptor] | None = None) -> None:
+        """``gate``: with ACL on, a fresh acceptor for each connection's handshake."""
         self.store = store
         self.settings = settings
+        self._gate = gate
+        self.rejected = 0  # connections that did not prove membership
         self.links: list[SlaveLink] = []
         self.transfers = GroupTransferService(self.links, lambda: store.log_end,
                                               fallbehind_max=settings.ha_slave_fallbehind_max,
@@ -69,10 +78,16 @@ class HAService:
             peer = f"{host}:{port}"
         except OSError:
             return
+        member = ""
+        if self._gate is not None:
+            proven = await self._admit(stream, peer)
+            if proven is None:
+                return
+            member = proven
         now = trio.current_time()
-        link = SlaveLink(peer, now, now)
+        link = SlaveLink(peer, now, now, member=member)
         self.links.append(link)
-        log.info("slave %s connected", peer)
+        log.info("slave %s connected%s", peer, f" (broker id {member})" if member else "")
         connection = HAConnection(stream, link, self.store, self.settings, start_offset=self.start_offset,
                                   acked=self.transfers.slave_acked)
         try:
@@ -87,6 +102,27 @@ class HAService:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
+    async def _admit(self, stream: trio.SocketStream, peer: str) -> str | None:
+        """The broker id a connecting slave proved, or None once a peer that did not prove
+        membership is disconnected."""
+        assert self._gate is not None
+        why: object = None
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                admitted = await admit_slave(stream, self._gate())
+            return admitted.peer.member
+        except trio.TooSlowError:
+            why = f"no membership proof within {HANDSHAKE_TIMEOUT_S:.0f} s"
+        except MembershipError as exc:
+            why = exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            why = f"the link broke during the membership handshake: {exc}"
+        self.rejected += 1
+        log.warning("HA port: %s disconnected before any data: %s", peer, why)
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(stream)
+        return None
+
     def status(self) -> list[dict[str, object]]:
         """Per connected slave: its address, acked offset, lag in bytes and seconds."""
         end = self.store.log_end
@@ -94,7 +130,10 @@ class HAService:
         out: list[dict[str, object]] = []
         for link in self.links:
             acked = link.acked if link.acked is not None else 0
-            out.append({"addr": link.peer, "ackOffset": acked, "lagBytes": max(0, end - acked),
-                        "lagSeconds": round(self.timeline.lag_s(acked, end, now), 3),
-                        "connectedSeconds": round(now - link.connected_at, 1)})
+            row: dict[str, object] = {"addr": link.peer, "ackOffset": acked, "lagBytes": max(0, end - acked),
+                                      "lagSeconds": round(self.timeline.lag_s(acked, end, now), 3),
+                                      "connectedSeconds": round(now - link.connected_at, 1)}
+            if link.member:  # proven in the membership handshake (ACL on)
+                row["brokerId"] = link.member
+            out.append(row)
         return out

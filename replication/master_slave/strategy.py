@@ -12,6 +12,8 @@ from core.config import BrokerNode, Config
 from core.store.message_store import MessageStore
 from replication.master_slave.ha_client import HAClient
 from replication.master_slave.ha_service import HAService
+from replication.master_slave.handshake import master_gate, slave_pass
+from replication.member_keys import Membership
 
 
 class MasterSlaveReplication:
@@ -24,8 +26,15 @@ class MasterSlaveReplication:
         self.settings = config.replication
         self.sync_timeout_s = config.store.sync_flush_timeout_ms / 1000
         self.is_master = node.is_master
-        self.service = HAService(store, self.settings, self.sync_timeout_s) if self.is_master else None
-        self.client = None if self.is_master else HAClient(store, self.settings)
+        membership = Membership.from_config(config)  # ACL on: the HA link starts with a handshake
+        if self.is_master:
+            gate = master_gate(membership, node.name) if membership is not None else None
+            self.service: HAService | None = HAService(store, self.settings, self.sync_timeout_s, gate=gate)
+            self.client: HAClient | None = None
+        else:
+            prover = slave_pass(membership, node.name, node.id) if membership is not None else None
+            self.service = None
+            self.client = HAClient(store, self.settings, prover=prover)
         self._sync = sync
         if not self.is_master:
             store.set_read_only(f"broker {node.name} id {node.id} is a slave: send to its master (broker id 0)")
@@ -73,6 +82,7 @@ class MasterSlaveReplication:
         info = {"haMode": self.mode, "haRole": "master" if self.is_master else "slave"}
         if self.service is not None:
             info["haSlaves"] = orjson.dumps(self.service.status()).decode()
+            info["haRejectedPeers"] = str(self.service.rejected)
         if self.client is not None:
             info.update(haMasterHaAddr=self.client.master_ha or "",
                         haConnected=str(self.client.connected).lower(), haLocalAddr=self.client.local_addr or "",
