@@ -10,6 +10,8 @@
             sync from before or after the write, at random (torn, reordered, lost writes); a
             file made since then kept in part or gone; one deleted since then back or gone
             (unlinks are not synced); then DiskRaftLog.open recovers it
+ scripted:  a test may name the sectors that reached the disk instead (SectorsReached); files
+            made since the last sync are then kept, and unlinks reach the disk
 ```
 After recovery the log must hold every entry the model had synced, and past that only a prefix
 of what it held before the loss: nothing torn is taken for an entry. The ``start``, ``currterm``
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,10 @@ from replication.dledger.disk_log import DiskRaftLog
 from replication.dledger.raft_log import Entry, MemoryLog, _LogImage
 
 SECTOR = 512
+
+SectorsReached = Callable[[Path, int], bool]
+"""A scripted power loss: whether the sector at this byte offset of this data or index file,
+written since the file's last sync, reached the disk before the power went."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,16 +170,17 @@ class DiskModelLog:
 
     # ------------------------------------------------------------------ power loss
 
-    def power_loss(self, trusted_through: int) -> None:
-        """Lose power: tear what was not synced, recover, check, and go on from what the disk
-        kept (the model becomes that)."""
+    def power_loss(self, trusted_through: int, reached: SectorsReached | None = None) -> None:
+        """Lose power: tear what was not synced (the sectors ``reached`` names, else a seeded
+        draw), recover, check, and go on from what the disk kept (the model becomes that)."""
         self.power_losses += 1
         live = self.model
         self.disk.close()
         paths = {p for d in ("commitlog", "dledger/index") if (self.root / d).is_dir()
                  for p in (self.root / d).iterdir() if p.name.isdigit()}
         for path in sorted(paths | set(self._durable_bytes)):
-            kept = self._after_loss(path.read_bytes() if path.exists() else None, self._durable_bytes.get(path))
+            kept = self._after_loss(path, path.read_bytes() if path.exists() else None, self._durable_bytes.get(path),
+                                    reached)
             if kept is None:
                 path.unlink(missing_ok=True)
             else:
@@ -191,19 +198,21 @@ class DiskModelLog:
         model.sync()
         self.model = model
 
-    def _after_loss(self, now: bytes | None, synced: bytes | None) -> bytes | None:
+    def _after_loss(self, path: Path, now: bytes | None, synced: bytes | None,
+                    reached: SectorsReached | None) -> bytes | None:
         rng = self.rng
         if now is None:  # deleted since its last sync: the unlink may not have reached the disk
-            return synced if synced is not None and rng.random() < 0.5 else None
+            return synced if synced is not None and reached is None and rng.random() < 0.5 else None
         if synced is None:  # made since the last sync
-            if rng.random() < 0.3:
+            if reached is None and rng.random() < 0.3:
                 return None
             synced = bytes(len(now))
         if len(synced) != len(now):
             synced = synced[: len(now)].ljust(len(now), b"\0")
         out = bytearray(synced)
         for at in range(0, len(now), SECTOR):
-            if now[at: at + SECTOR] != synced[at: at + SECTOR] and rng.random() < 0.5:
+            if now[at: at + SECTOR] != synced[at: at + SECTOR] and (
+                    rng.random() < 0.5 if reached is None else reached(path, at)):
                 out[at: at + SECTOR] = now[at: at + SECTOR]
         return bytes(out)
 

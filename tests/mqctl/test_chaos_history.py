@@ -8,7 +8,9 @@ import pytest
 
 from mqctl.chaos.history import Delivery, FaultSpan, SendAttempt, check_history, unavailability
 from mqctl.chaos.reasons import why_not_acknowledged
+from mqctl.chaos.report import throughput
 from mqctl.chaos.schedule import DRAIN_SECONDS, WARMUP_SECONDS, parse_faults, plan_faults
+from mqctl.chaos.timeline import timeline
 
 
 def ok(key: str, at: float, queue: str = "broker-a/0", offset: int = 0) -> SendAttempt:
@@ -76,6 +78,20 @@ def test_unavailability_windows_and_recovery_after_a_heal():
     assert during.recoveries[0].acked_during == 2
     summary = verdict.summary()
     assert summary["moved"]["count"] == 1 and summary["recoveries"][0]["first_ack_after_heal_s"] == 1.0
+
+
+def test_the_acknowledged_rate_counts_acknowledged_sends_a_second_after_the_warm_up_only():
+    """The report's throughput.acked_per_s (what test_chaos_lab's floors judge): acknowledged
+    sends a second over the drill's seconds after the warm-up; unanswered sends, the warm-up
+    and answers after the drill's end count for nothing."""
+    assert WARMUP_SECONDS == 3.0
+    acked_a_second = {s: 50 if s < 3 else 5 if s in (7, 8, 9) else 20 for s in range(13)}
+    sends = [ok(f"k{s}-{i}", s + 0.5) for s, n in acked_a_second.items() for i in range(n)]
+    sends += [SendAttempt(f"u{s}-{i}", s + 0.1, s + 0.6, "unknown") for s in range(13) for i in range(30)]
+    sends.append(ok("late", 13.5))
+    figures = throughput(timeline(sends, 13), [FaultSpan("kill", "broker-a-0", 8.0, 9.5)], 13)
+    assert figures == {"acked_per_s": (7 * 20 + 3 * 5) / 10, "acked_per_s_between_faults": 20.0,
+                       "acked_per_s_during_faults": 5.0}
 
 
 def test_what_unacknowledged_sends_were_told_is_counted_per_window_and_in_all():

@@ -9,7 +9,8 @@ C++ 4.x client and the official 5.x client producing and consuming.
 - make drills: the same, 5 minutes each (docs/reliability.md, "Drills across hosts").
 
 Every figure of each drill is printed (`pytest -s` shows them); the assertions are the modes'
-promises, never a rate."""
+promises, and a floor under the acknowledged sends a second (well under what the drills in
+docs/reliability.md reached), never the rate the test offered."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ FULL_RATE = 2400
 SYNC_KINDS = ("kill", "pause", "partition", "one-way", "loss", "rate", "disk-full", "delay")
 DLEDGER_KINDS = (*SYNC_KINDS, "split", "bridge")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# Acknowledged sends a second over a drill (the report's throughput.acked_per_s: the seconds
+# after the warm-up) at FULL_RATE offered: about half the worst in docs/reliability.md's
+# "Drills across hosts" (dledger 1,944-2,396 at 60 s, 2,035-2,380 over 5 minutes; sync 1,192-2,248
+# but under kills, 689 at 60 s and 350 over 5 minutes: either node away stops acknowledgements).
+ACKED_PER_S_MIN = {"dledger": 1000, "sync": 600}
+SYNC_KILL_ACKED_PER_S_MIN = 150
+# make test's drill offers 400 a second for 20 s: a quarter of that, with an election or two in
+# the 17 s measured and both cores shared with the rest of the suite
+SHORT_ACKED_PER_S_MIN = 100
 
 
 def drill(tmp_path: Path, env: dict[str, str], *args: str, timeout: float) -> dict:
@@ -80,6 +90,11 @@ def test_a_short_drill_under_load_keeps_the_promises(tmp_path, subprocess_env):
     assert {f["kind"] for f in found["injected"]} == set(faults.split(","))
     assert any(f["was_leader"] for f in found["injected"]), found["injected"]
     assert_promises_kept(found, {"ours", "cpp", "rmq5"})
+    assert found["throughput"]["acked_per_s"] >= SHORT_ACKED_PER_S_MIN, found["throughput"]
+
+
+def acked_per_s_min(mode: str, kind: str) -> int:
+    return SYNC_KILL_ACKED_PER_S_MIN if (mode, kind) == ("sync", "kill") else ACKED_PER_S_MIN[mode]
 
 
 _LONG = [pytest.param(mode, kind, marks=[pytest.mark.slow, pytest.mark.drill], id=f"{mode}-{kind}")
@@ -104,7 +119,7 @@ def test_each_fault_kind_across_hosts_under_load(mode, kind, tmp_path, subproces
     found = drill(tmp_path, subprocess_env, "--mode", mode, "--faults", kind, "--duration", f"{SECONDS}s",
                   "--seed", str(seed), "--rate", str(FULL_RATE), timeout=SECONDS + 420)
     assert any(f["was_leader"] for f in found["injected"]), found["injected"]
-    assert found["net"].startswith("lab ") and found["rate_offered"] >= 2000
+    assert found["net"].startswith("lab ")
     assert found["injected"] and {f["kind"] for f in found["injected"]} == {kind}
     if os.environ.get("MQCTL_DRILL_RESULTS"):  # make drills keeps each report for docs/reliability.md
         Path(os.environ["MQCTL_DRILL_RESULTS"], f"{mode}-{kind}.json").write_text(json.dumps(found))
@@ -114,3 +129,4 @@ def test_each_fault_kind_across_hosts_under_load(mode, kind, tmp_path, subproces
         # slave was cut off or down was acknowledged before it was back
         slave = [r for r in found["recoveries"] if r["target"] == "broker-a-1" and not r["was_leader"]]
         assert all(r["acked_during"] == 0 for r in slave), slave
+    assert found["throughput"]["acked_per_s"] >= acked_per_s_min(mode, kind), found["throughput"]
