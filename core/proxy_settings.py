@@ -34,6 +34,10 @@ class ProxySettings:
     grpc_calls_max: int = 4096
     grpc_streams_per_client_max: int = 8
     telemetry_outbox_max: int = 256
+    # a gRPC connection that sends no HTTP/2 preface in this time is closed; one with no call in
+    # progress for grpc_idle_timeout_ms is sent GOAWAY NO_ERROR and closed (clients reconnect)
+    grpc_preface_timeout_ms: int = 10_000
+    grpc_idle_timeout_ms: int = 300_000
 
     def __post_init__(self) -> None:
         if not 0 <= self.failover_wait_ms <= 60_000:

@@ -174,8 +174,18 @@ class HpackDecoder:
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """The (name, value) fields of one complete header block, in order."""
+        fields, whole = self.decode_bounded(block)
+        if not whole:
+            raise HpackError(f"header list over {self.list_size_max} bytes")
+        return fields
+
+    def decode_bounded(self, block: bytes) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """The fields of one complete header block, and whether they are all there: past
+        ``list_size_max`` the block is still decoded to its end, so the dynamic table stays in
+        step with the peer's, but no further field is kept (RFC 9113 §10.5.1: a server may
+        refuse the request and keep the connection)."""
         fields: list[tuple[bytes, bytes]] = []
-        size, pos, end = 0, 0, len(block)
+        size, pos, end, seen = 0, 0, len(block), False
         while pos < end:
             first = block[pos]
             if first & 0x80:
@@ -187,7 +197,7 @@ class HpackDecoder:
                 self._add(field)
             elif first & 0x20:
                 new_size, pos = self._integer(block, pos, 5)
-                if fields or new_size > self.table_size_max:
+                if seen or new_size > self.table_size_max:
                     raise HpackError(f"table size update to {new_size} (after a field, or past {self.table_size_max})")
                 self._table_size = new_size
                 self._evict(0)
@@ -195,11 +205,12 @@ class HpackDecoder:
             else:
                 name, value, pos = self._literal(block, pos, 4)
                 field = (name, value)
-            size += len(field[0]) + len(field[1]) + 32
-            if size > self.list_size_max:
-                raise HpackError(f"header list over {self.list_size_max} bytes")
-            fields.append(field)
-        return fields
+            seen = True
+            if size <= self.list_size_max:
+                size += len(field[0]) + len(field[1]) + 32
+                if size <= self.list_size_max:
+                    fields.append(field)
+        return fields, size <= self.list_size_max
 
     def _integer(self, block: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
         limit = (1 << prefix_bits) - 1

@@ -5,8 +5,8 @@ from __future__ import annotations
 import gzip
 import struct
 
+from core.proxy.grpc.calls import GRPC_RESOURCE_EXHAUSTED
 from core.proxy.grpc.connection import (
-    GRPC_RESOURCE_EXHAUSTED,
     STREAM_WINDOW,
     STREAMS_MAX,
     CallCancelled,
@@ -16,6 +16,7 @@ from core.proxy.grpc.connection import (
     GrpcConnection,
     grpc_timeout,
 )
+from core.remoting.limits import ByteBudget
 from formats import http2 as h2
 from formats.hpack import HpackDecoder, encode_literal
 
@@ -177,3 +178,45 @@ def test_pings_are_answered_and_grpc_timeouts_parse() -> None:
     assert frames(conn.data_to_send()) == [(h2.PING, h2.ACK, 0, b"12345678")]
     assert grpc_timeout("100m") == 0.1 and grpc_timeout("8760H") == 8760 * 3600
     assert grpc_timeout("") is None and grpc_timeout("123456789S") is None and grpc_timeout("5x") is None
+
+
+def test_a_message_larger_than_the_stream_window_arrives_as_its_octets_are_granted() -> None:
+    """A 4 MiB message (a SendMessage at the body limit) is four stream windows: its length is
+    reserved when its prefix arrives and its octets are granted as they come, so the client
+    never waits for a window that only a whole message would open."""
+    budget = ByteBudget(8 << 20)
+    conn = GrpcConnection(message_max=16 << 20, large_messages=budget)
+    conn.receive(h2.PREFACE + h2.settings({}))
+    opened(conn)
+    conn.data_to_send()
+    wire = h2.grpc_message(b"m" * (4 << 20))
+    window, sent, events = STREAM_WINDOW, 0, []
+    while sent < len(wire):  # the client keeps to the window it was granted, as grpcio does
+        chunk = wire[sent:sent + min(window, h2.DEFAULT_FRAME_SIZE)]
+        assert chunk, "the client ran out of window: the message can never arrive"
+        last = sent + len(chunk) == len(wire)
+        events += conn.receive(h2.frame(h2.DATA, h2.END_STREAM if last else 0, 1, chunk))
+        sent, window = sent + len(chunk), window - len(chunk)
+        window += sum(int.from_bytes(p, "big") for k, _, sid, p in frames(conn.data_to_send())
+                      if k == h2.WINDOW_UPDATE and sid == 1)
+        if budget.reserved:
+            assert budget.reserved == len(wire)
+    assert [type(e) for e in events] == [CallMessage, CallHalfClosed] and len(events[0].message) == 4 << 20
+    assert budget.reserved == 0  # the reservation ended with the message
+    conn.consumed(1, events[0].wire_size)  # taking it grants nothing twice: the window stays within 1 MiB
+    assert not conn.closed
+
+
+def test_large_messages_past_the_budget_are_refused_and_the_budget_comes_back() -> None:
+    budget = ByteBudget(3 << 20)
+    conn = GrpcConnection(message_max=16 << 20, large_messages=budget)
+    conn.receive(h2.PREFACE + h2.settings({}))
+    opened(conn, 1)
+    opened(conn, 3)
+    conn.data_to_send()
+    assert conn.receive(h2.frame(h2.DATA, 0, 1, struct.pack(">BI", 0, 2 << 20) + b"x" * 1000)) == []
+    assert budget.reserved == (2 << 20) + 5
+    assert conn.receive(h2.frame(h2.DATA, 0, 3, struct.pack(">BI", 0, 2 << 20) + b"x" * 1000)) == [CallCancelled(3)]
+    assert trailers_of(conn)[b"grpc-status"] == str(GRPC_RESOURCE_EXHAUSTED).encode()
+    conn.receive(h2.rst_stream(1, h2.CANCEL))  # the first one's client gives up: its share comes back
+    assert budget.reserved == 0

@@ -34,7 +34,7 @@ import trio
 from google.protobuf.message import DecodeError
 
 from core.proxy.grpc.auth import Caller, caller_of
-from core.proxy.grpc.connection import (
+from core.proxy.grpc.calls import (
     GRPC_DEADLINE_EXCEEDED,
     GRPC_INTERNAL,
     GRPC_OK,
@@ -46,18 +46,22 @@ from core.proxy.grpc.connection import (
     CallHalfClosed,
     CallMessage,
     CallOpened,
-    GrpcConnection,
 )
+from core.proxy.grpc.connection import GrpcConnection
 from core.proxy.grpc.messages import Refused
 from core.proxy.grpc.service import MessagingService
 from core.remoting.client import split_address
+from core.remoting.limits import ByteBudget
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
 log = logging.getLogger(__name__)
 
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 MESSAGE_BYTES_MAX = 16 * 1024 * 1024  # a SendMessage of several 4 MiB bodies; bounded before decoding
+LARGE_MESSAGES_BYTES_MAX = 64 * 1024 * 1024  # messages past a stream's window, arriving at once (all connections)
 RECEIVE_BYTES = 256 * 1024
+UNSENT_BYTES_MAX = 1 << 20  # answers made and not yet taken by the socket, before the reader waits
+LINGER_BYTES_MAX = 1 << 20  # read and dropped after the last answer, before the socket is closed
 
 
 class GrpcPortTaken(OSError):
@@ -132,6 +136,7 @@ class GrpcDoor:
         self.calls = 0  # in progress now
         self.connections = 0
         self.telemetry_dropped = 0  # commands a full outbox did not take
+        self.large_messages = ByteBudget(LARGE_MESSAGES_BYTES_MAX)
 
     def stats(self) -> dict[str, str]:
         return {"grpcCallsNow": str(self.calls), "grpcConnections": str(self.connections),
@@ -159,10 +164,14 @@ class _Connection:
         self.door = door
         self.stream = stream
         self.peer_host = peer_host
-        self.h2 = GrpcConnection(MESSAGE_BYTES_MAX)
+        self.h2 = GrpcConnection(MESSAGE_BYTES_MAX, door.large_messages)
         self.calls: dict[int, _Call] = {}
         self._wake = trio.Event()
         self._sending = trio.Lock()
+        self._in_write = 0  # octets taken by a write still in progress
+        self._drained = trio.Event()  # set after each write: the reader may go on
+        self._preface = trio.Event()
+        self._reading = trio.CancelScope()
 
     def wake(self) -> None:
         """Something is ready to send: the writer sends it on its next pass."""
@@ -173,33 +182,92 @@ class _Connection:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self._write)
+                nursery.start_soon(self._watch)
                 try:
-                    while not self.h2.closed:
-                        data = await self.stream.receive_some(RECEIVE_BYTES)
-                        if not data:
-                            break
-                        for event in self.h2.receive(data):
-                            self._on(event)
-                        self.wake()
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+                    with self._reading:
+                        await self._read()
                 finally:
                     for call in self.calls.values():
                         call.scope.cancel()
                     with trio.move_on_after(1):  # the GOAWAY of a broken connection, and what else is made
                         try:
                             await self._send_pending()
-                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            await self._linger()
+                        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                             pass
                     nursery.cancel_scope.cancel()
         finally:
             await trio.aclose_forcefully(self.stream)
 
+    async def _read(self) -> None:
+        h2 = self.h2
+        try:
+            while not h2.closed:
+                # back-pressure: a client that does not read its answers is not read either
+                # (control frames it sends are answered; unread, those answers would pile up)
+                while self._in_write + h2.pending_bytes() > UNSENT_BYTES_MAX:
+                    self._drained = trio.Event()
+                    self.wake()
+                    await self._drained.wait()
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+                if not data:
+                    return
+                for event in h2.receive(data):
+                    self._on(event)
+                if h2.preface_received and not self._preface.is_set():
+                    self._preface.set()
+                self.wake()
+            if h2.close_reason is not None and h2.close_reason[0]:
+                log.warning("gRPC connection from %s ended: GOAWAY %d, %s", self.peer_host, *h2.close_reason)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _linger(self) -> None:
+        """After the last answer: stop sending, and read what the client still sends for a
+        moment, so closing does not reset the connection before it has read the GOAWAY."""
+        await self.stream.send_eof()
+        drained = 0
+        while drained < LINGER_BYTES_MAX:
+            data = await self.stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                return
+            drained += len(data)
+
+    async def _watch(self) -> None:
+        """Close a connection that sends no preface in time, or that has had no call for
+        ``grpc_idle_timeout_ms`` (a long-polling receive or a telemetry stream is a call)."""
+        settings = self.door.service.settings
+        with trio.move_on_after(settings.grpc_preface_timeout_ms / 1000):
+            await self._preface.wait()
+        if not self._preface.is_set():
+            log.info("gRPC connection from %s: no HTTP/2 preface in %d ms, closed", self.peer_host,
+                     settings.grpc_preface_timeout_ms)
+            self._reading.cancel()
+            return
+        idle_s = settings.grpc_idle_timeout_ms / 1000
+        quiet_since: float | None = None
+        while True:
+            await trio.sleep(idle_s / 4)
+            now = trio.current_time()
+            if self.calls or self.h2.open_streams:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= idle_s:
+                self.h2.go_away()  # GOAWAY NO_ERROR: clients reconnect when they next call
+                self._reading.cancel()
+                return
+
     async def _send_pending(self) -> None:
         async with self._sending:  # the writer's pass and a last flush may meet
             data = self.h2.data_to_send()
             if data:
-                await self.stream.send_all(data)
+                self._in_write = len(data)
+                try:
+                    await self.stream.send_all(data)
+                finally:
+                    self._in_write = 0
+                    self._drained.set()
 
     async def _write(self) -> None:
         try:
@@ -280,6 +348,8 @@ class _Connection:
         self.h2.finish(sid, GRPC_OK)
 
     async def _unary(self, sid: int, call: _Call) -> None:
+        if call.scope.cancel_called:  # reset before it started (rapid reset): nothing goes upstream
+            return
         rpc = call.rpc
         try:
             request = rpc.request_type.FromString(call.request)
