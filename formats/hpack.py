@@ -185,12 +185,21 @@ class HpackDecoder:
         step with the peer's, but no further field is kept (RFC 9113 §10.5.1: a server may
         refuse the request and keep the connection)."""
         fields: list[tuple[bytes, bytes]] = []
-        size, pos, end, seen = 0, 0, len(block), False
+        size, pos, end, seen, limit = 0, 0, len(block), False, self.list_size_max
+        entries, statics = self._entries, len(STATIC_TABLE)
         while pos < end:
             first = block[pos]
             if first & 0x80:
-                index, pos = self._integer(block, pos, 7)
-                field = self._field(index)
+                index = first & 0x7F
+                if 0 < index < statics:  # the common case inline: a static entry in one octet
+                    field = STATIC_TABLE[index - 1]
+                    pos += 1
+                elif statics < index < 0x7F and index - statics <= len(entries):  # a dynamic one
+                    field = entries[index - statics - 1]
+                    pos += 1
+                else:
+                    index, pos = self._integer(block, pos, 7)
+                    field = self._field(index)
             elif first & 0x40:
                 name, value, pos = self._literal(block, pos, 6)
                 field = (name, value)
@@ -206,11 +215,11 @@ class HpackDecoder:
                 name, value, pos = self._literal(block, pos, 4)
                 field = (name, value)
             seen = True
-            if size <= self.list_size_max:
+            if size <= limit:
                 size += len(field[0]) + len(field[1]) + 32
-                if size <= self.list_size_max:
+                if size <= limit:
                     fields.append(field)
-        return fields, size <= self.list_size_max
+        return fields, size <= limit
 
     def _integer(self, block: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
         limit = (1 << prefix_bits) - 1
@@ -232,8 +241,12 @@ class HpackDecoder:
                 return value, pos
 
     def _string(self, block: bytes, pos: int) -> tuple[bytes, int]:
-        coded = block[pos] & 0x80
-        length, pos = self._integer(block, pos, 7)
+        first = block[pos]
+        coded, length = first & 0x80, first & 0x7F
+        if length < 0x7F:  # the length in the prefix octet: no call for it
+            pos += 1
+        else:
+            length, pos = self._integer(block, pos, 7)
         if pos + length > len(block):
             raise HpackError("a header block ends inside a string")
         raw = block[pos:pos + length]
@@ -248,7 +261,12 @@ class HpackDecoder:
         return value, pos + length
 
     def _literal(self, block: bytes, pos: int, prefix_bits: int) -> tuple[bytes, bytes, int]:
-        index, pos = self._integer(block, pos, prefix_bits)
+        limit = (1 << prefix_bits) - 1
+        index = block[pos] & limit
+        if index < limit:
+            pos += 1
+        else:
+            index, pos = self._integer(block, pos, prefix_bits)
         if index:
             name = self._field(index)[0]
         else:

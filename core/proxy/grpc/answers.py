@@ -22,6 +22,7 @@ from formats.hpack import encode_indexed, encode_literal
 
 RESPONSE_HEADERS = encode_indexed(8) + encode_literal(b"content-type", b"application/grpc")  # :status 200
 TABLE_CLEARED = b"\x20"  # a dynamic table size update to 0
+_OK = status_block(0, "")
 DEFAULT_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE until the client says otherwise
 
 
@@ -72,7 +73,7 @@ class Answers:
         stream = self._streams.get(stream_id)
         if stream is None or stream.trailers is not None:
             return
-        block = status_block(code, message)
+        block = _OK if code == 0 and not message else status_block(code, message)
         if not stream.headers_sent:  # trailers-only
             stream.headers_sent = True
             block = RESPONSE_HEADERS + block

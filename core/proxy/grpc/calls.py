@@ -84,13 +84,13 @@ def status_block(code: int, message: str) -> bytes:
     return block
 
 
-def take_messages(inbox: bytearray, message_max: int, encoding: str) -> tuple[list[tuple[bytes, int]],
-                                                                                tuple[int, str] | None]:
-    """The complete gRPC messages at the head of a stream's ``inbox``, taken out of it: each
-    (decompressed when flagged) with the octets it took; and, when one breaks a bound, the
+def take_messages(stream_id: int, inbox: bytearray, message_max: int,
+                  encoding: str) -> tuple[list[CallMessage], tuple[int, str] | None]:
+    """The complete gRPC messages at the head of a stream's ``inbox``, taken out of it (each
+    decompressed when flagged, with the octets it took); and, when one breaks a bound, the
     status to refuse the call with (None otherwise). Sizes are checked before memory is
     committed: the length prefix against ``message_max``, inflation bounded as it goes."""
-    out: list[tuple[bytes, int]] = []
+    out: list[CallMessage] = []
     while len(inbox) >= h2.GRPC_PREFIX_SIZE:
         compressed, length = h2.GRPC_PREFIX.unpack_from(inbox)
         if length > message_max:
@@ -110,5 +110,5 @@ def take_messages(inbox: bytearray, message_max: int, encoding: str) -> tuple[li
                 return out, (GRPC_INTERNAL, f"a compressed message does not inflate: {exc}")
             if len(message) > message_max or inflater.unconsumed_tail:
                 return out, (GRPC_RESOURCE_EXHAUSTED, f"a message inflating past {message_max} bytes")
-        out.append((message, h2.GRPC_PREFIX_SIZE + length))
+        out.append(CallMessage(stream_id, message, h2.GRPC_PREFIX_SIZE + length))
     return out, None

@@ -172,11 +172,14 @@ class GrpcConnection:
                                        f"{self._block_stream}'s header block")
             self._continuation(flags, payload, events)
             return
-        if kind == h2.DATA:  # the common case first
+        if kind == h2.DATA:  # the common cases first: a DATA on an open stream, ...
             stream = self._streams.get(stream_id)
             if stream is not None and not stream.remote_closed:
                 self._data(stream, flags, payload, events)
                 return
+        elif kind == h2.WINDOW_UPDATE and len(payload) == 4:  # ... a window opened (any stream id may)
+            self._window_update(stream_id, payload, events)
+            return
         problem = rules.header_problem(kind, flags, stream_id, len(payload))
         if problem is not None:
             self._control()
@@ -352,10 +355,11 @@ class GrpcConnection:
         else:
             inbox = stream.inbox
             inbox += data
-            messages, refusal = take_messages(inbox, self.message_max, stream.encoding)
+            messages, refusal = take_messages(stream.id, inbox, self.message_max, stream.encoding)
             if messages:
-                self._inflow.message_complete(stream)
-                events.extend(CallMessage(stream.id, message, size) for message, size in messages)
+                if stream.reserved:
+                    self._inflow.message_complete(stream)
+                events += messages
             if refusal is None and len(inbox) >= h2.GRPC_PREFIX_SIZE and not self._inflow.partial(
                     stream, h2.GRPC_PREFIX_SIZE + h2.GRPC_PREFIX.unpack_from(inbox)[1], len(inbox)):
                 refusal = GRPC_RESOURCE_EXHAUSTED, "the proxy is receiving all the large messages it holds; try again"
@@ -388,7 +392,8 @@ class GrpcConnection:
         the connection."""
         if self._streams.pop(stream.id, None) is not None:
             self._answers.forget(stream.id)
-            self._inflow.ended(stream)
+            if stream.untaken or stream.reserved:
+                self._inflow.ended(stream)
             self._closed_streams.closed(stream.id, state)
 
     def _remote_closed(self, stream: CallStream, events: list[Event]) -> None:

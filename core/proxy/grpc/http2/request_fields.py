@@ -23,8 +23,9 @@ from dataclasses import dataclass
 REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})
 CONNECTION_SPECIFIC = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"})
 _BAD_NAME = re.compile(rb"[\x00-\x20A-Z\x7f-\xff:]")
-_BAD_VALUE = re.compile(rb"[\x00\r\n]|\A[ \t]|[ \t]\Z")
-NAMES_REMEMBERED = 256  # well-formed names a connection keeps, so a repeated one is checked once
+_BAD_VALUE_OCTET = re.compile(rb"[\x00\r\n]")
+_WHITE = (b" ", b"\t")
+FIELDS_REMEMBERED = 256  # well-formed fields a connection keeps, so a repeated one is checked once
 
 Fields = list[tuple[bytes, bytes]]
 
@@ -40,19 +41,23 @@ class Request:
 
 
 class FieldChecker:
-    """Checks one connection's requests and trailers; remembers the names it found well-formed."""
+    """Checks one connection's requests and trailers. Fields found well-formed are remembered
+    with their text (a client repeats most of its metadata on every call), so a repeated one
+    costs a lookup."""
 
-    __slots__ = ("_good_names",)
+    __slots__ = ("_good",)
 
     def __init__(self) -> None:
-        self._good_names: set[bytes] = set()
+        self._good: dict[tuple[bytes, bytes], tuple[str, str]] = {}
 
     def request(self, fields: Fields) -> Request | str:
         """The request ``fields`` make, or why they are malformed."""
         pseudo: dict[bytes, bytes] = {}
         metadata: dict[str, str] = {}
         regular = False
-        for name, value in fields:
+        good = self._good
+        for field in fields:
+            name, value = field
             if name[:1] == b":":
                 if regular:
                     return f"pseudo-header {_shown(name)} after a regular field"
@@ -60,15 +65,23 @@ class FieldChecker:
                     return f"pseudo-header {_shown(name)} is not a request's"
                 if name in pseudo:
                     return f"pseudo-header {_shown(name)} twice"
-                if _BAD_VALUE.search(value):
-                    return f"the value of {_shown(name)} has NUL, CR, LF or surrounding white space"
+                if field not in good:
+                    if not _value_ok(value):
+                        return f"the value of {_shown(name)} has NUL, CR, LF or surrounding white space"
+                    if len(good) < FIELDS_REMEMBERED:
+                        good[field] = name.decode("latin-1"), value.decode("latin-1")
                 pseudo[name] = value
                 continue
             regular = True
-            problem = self._field_problem(name, value)
-            if problem is not None:
-                return problem
-            metadata[name.decode("latin-1")] = value.decode("latin-1")
+            text = good.get(field)
+            if text is None:
+                problem = _field_problem(name, value)
+                if problem is not None:
+                    return problem
+                text = name.decode("latin-1"), value.decode("latin-1")
+                if len(good) < FIELDS_REMEMBERED:
+                    good[field] = text
+            metadata[text[0]] = text[1]
         method = pseudo.get(b":method")
         if method is None:
             return "no :method"
@@ -83,10 +96,10 @@ class FieldChecker:
         if authority is not None and metadata.get("host", authority.decode("latin-1")) != authority.decode("latin-1"):
             return "host differs from :authority"
         length = -1
-        if (text := metadata.get("content-length")) is not None:
-            if not text.isdigit() or not text.isascii():
-                return f"content-length {text[:40]!r} is not a number"
-            length = int(text)
+        if (text_length := metadata.get("content-length")) is not None:
+            if not text_length.isdigit() or not text_length.isascii():
+                return f"content-length {text_length[:40]!r} is not a number"
+            length = int(text_length)
         return Request(method.decode("latin-1"), pseudo.get(b":path", b"").decode("latin-1"), metadata, length)
 
     def trailers(self, fields: Fields) -> str | None:
@@ -94,24 +107,26 @@ class FieldChecker:
         for name, value in fields:
             if name[:1] == b":":
                 return f"pseudo-header {_shown(name)} in trailers"
-            problem = self._field_problem(name, value)
+            problem = _field_problem(name, value)
             if problem is not None:
                 return problem
         return None
 
-    def _field_problem(self, name: bytes, value: bytes) -> str | None:
-        if name not in self._good_names:
-            if not name or _BAD_NAME.search(name):
-                return f"field name {_shown(name)} is empty, upper-case or has a forbidden octet"
-            if name in CONNECTION_SPECIFIC:
-                return f"connection-specific field {_shown(name)}"
-            if name != b"te" and len(self._good_names) < NAMES_REMEMBERED:
-                self._good_names.add(name)
-        if name == b"te" and value != b"trailers":
-            return f"te: {_shown(value)}, not trailers"
-        if _BAD_VALUE.search(value):
-            return f"the value of {_shown(name)} has NUL, CR, LF or surrounding white space"
-        return None
+
+def _field_problem(name: bytes, value: bytes) -> str | None:
+    if not name or _BAD_NAME.search(name):
+        return f"field name {_shown(name)} is empty, upper-case or has a forbidden octet"
+    if name in CONNECTION_SPECIFIC:
+        return f"connection-specific field {_shown(name)}"
+    if name == b"te" and value != b"trailers":
+        return f"te: {_shown(value)}, not trailers"
+    if not _value_ok(value):
+        return f"the value of {_shown(name)} has NUL, CR, LF or surrounding white space"
+    return None
+
+
+def _value_ok(value: bytes) -> bool:
+    return not (value[:1] in _WHITE or value[-1:] in _WHITE or _BAD_VALUE_OCTET.search(value))
 
 
 def _shown(text: bytes) -> str:

@@ -49,8 +49,7 @@ class ClosedStreams:
 
     def closed(self, stream_id: int, state: int) -> None:
         states = self._states
-        states.pop(stream_id, None)
-        if len(states) >= self._size_max:
+        if len(states) >= self._size_max and stream_id not in states:
             del states[next(iter(states))]  # the oldest
         states[stream_id] = state
 
