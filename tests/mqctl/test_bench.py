@@ -118,9 +118,9 @@ def test_bench_produce_counts_only_send_ok_and_prints_each_status(tmp_path, subp
 
 
 def test_bench_consume_compares_sql92_with_tags_and_says_when_filtering_is_off(tmp_path, subprocess_env):
-    (tmp_path / "on").mkdir()
-    (tmp_path / "off").mkdir()
-    with running_cluster(tmp_path / "on", subprocess_env, broker="enable_property_filter = true") as cluster:
+    """(Filtering off is said on the next test's cluster, which has it off; this one has no
+    proxy, for the next test's refusal: one cluster each.)"""
+    with running_cluster(tmp_path, subprocess_env, broker="enable_property_filter = true") as cluster:
         out = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "150", "--rounds", "2", "--json",
                             timeout=300)
         assert out.returncode == 0, out.stderr
@@ -134,10 +134,8 @@ def test_bench_consume_compares_sql92_with_tags_and_says_when_filtering_is_off(t
         assert result["median"]["sql"]["pulls"] < result["median"]["all"]["pulls"]
         text = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "100", "--rounds", "1")
         assert text.returncode == 0 and "same messages selected: yes" in text.stdout, text.stdout
-    with running_cluster(tmp_path / "off", subprocess_env) as cluster:
-        off = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "50", "--rounds", "1")
-        assert off.returncode != 0 and "set broker.enable_property_filter = true" in off.stderr, off.stderr
-        assert "Traceback" not in off.stderr
+        refused = cluster.mqctl("bench", "produce", "--compare-proxy")
+        assert refused.returncode != 0 and "has no [[proxies]]" in refused.stderr
 
 
 def test_bench_produce_compares_a_proxy_with_sending_directly(tmp_path, subprocess_env):
@@ -154,11 +152,10 @@ def test_bench_produce_compares_a_proxy_with_sending_directly(tmp_path, subproce
         # the proxy works only for the proxied rounds; every process is reported for both
         assert set(direct["cpu_us_per_msg"]) == set(proxied["cpu_us_per_msg"]) == {"ns1", "broker-a-0", "proxy1", "clients"}
         assert proxied["cpu_us_per_msg"]["proxy1"] > direct["cpu_us_per_msg"]["proxy1"]
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    with running_cluster(alone, subprocess_env) as cluster:
-        refused = cluster.mqctl("bench", "produce", "--compare-proxy")
-        assert refused.returncode != 0 and "has no [[proxies]]" in refused.stderr
+        # filtering is off on this cluster's broker (the previous test's is on)
+        off = cluster.mqctl("bench", "consume", "--compare-filters", "--messages", "50", "--rounds", "1")
+        assert off.returncode != 0 and "set broker.enable_property_filter = true" in off.stderr, off.stderr
+        assert "Traceback" not in off.stderr
 
 
 def test_bench_metrics_compares_metrics_off_with_on_and_scraped(tmp_path, subprocess_env):

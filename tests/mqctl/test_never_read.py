@@ -8,6 +8,9 @@ stops reading it (a send blocked for ``BLOCKED_S``: the kernel's buffers are ful
 bystander on another connection asks the same node again and again and must be answered within
 ``ANSWER_S`` each time, and the node's anonymous memory (its heap: not the page cache of mapped
 store files) must grow less than ``GROWTH_MAX`` above where it was before the flood.
+
+The gRPC door's timeouts are tried here too, on the same proxy: a connection without a preface
+is closed, one without a call is sent GOAWAY NO_ERROR, and a call in progress keeps its own.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from formats.hpack import encode_integer
 from formats.rocketmq_v2 import messaging_pb2 as pb
 from tests.conftest import Cluster, child_env, running_cluster
 from tests.interop.grpc_raw import RawGrpc
+from tests.mqctl.test_grpc_limits import TOPIC, grpc_message, route_of, route_request, served
 
 MiB = 1 << 20
+PREFACE_S = 0.5  # the proxy's grpc_preface_timeout_ms, and its idle one
+IDLE_S = 1.5
 FLOOD_BYTES = 100 * MiB
 FLOOD_S = 20.0  # the most any flood runs
 BLOCKED_S = 1.5  # a send blocked this long: the node has stopped reading this connection
@@ -116,9 +122,12 @@ def hold_while_flooded(pid: int, address: str, first: bytes, chunk: bytes, ask: 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    """A master and its slave, a proxy with a gRPC door; metrics on every node."""
+    """A master and its slave, a proxy with a gRPC door (its timeouts short: the last tests); metrics
+    on every node."""
     with running_cluster(tmp_path_factory.mktemp("never-read"), child_env(), broker_ids=(0, 1), proxies=1,
-                         grpc=True) as running:
+                         grpc=True, proxy=f"grpc_preface_timeout_ms = {int(PREFACE_S * 1000)}\n"
+                                        f"grpc_idle_timeout_ms = {int(IDLE_S * 1000)}") as running:
+        assert running.mqctl("topic", "create", TOPIC).returncode == 0
         yield running
 
 
@@ -306,3 +315,45 @@ def test_a_raft_port(raft_group):
         "group": "not-this-group", "term": "1", "leader": "x", "commitIndex": "0"}), 5000)
     hold_while_flooded(node_pid(raft_group, "broker-a-0"), f"{host}:{int(port) + 1}", b"", junk,
                        remoting_asker(member, runtime_info))
+
+
+# ---------------------------------------------------------------------------------------- the gRPC door's timeouts
+# (docs/grpc.md, "Floods, back-pressure and timeouts"), with the raw client of test_grpc_limits
+
+def test_a_connection_without_a_preface_is_closed(cluster):
+    host, port = cluster.grpc[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        started = time.monotonic()
+        sock.sendall(b"PRI * HTTP/2.0\r\n")  # half a preface, then nothing
+        received = b""
+        while chunk := sock.recv(1 << 16):  # the door's SETTINGS, then the close
+            received += chunk
+        took = time.monotonic() - started
+    assert PREFACE_S * 0.8 < took < PREFACE_S + 5, took
+
+
+def test_an_idle_connection_is_sent_goaway_and_a_call_in_progress_keeps_it(cluster):
+    with served(cluster.grpc[0]) as client:
+        answered = client.call("QueryRoute", route_request())
+        client.wait_answered(answered)
+        assert route_of(client, answered).status.code == pb.OK
+
+        # a call whose request is still being sent: the connection is not idle however long that is
+        slow = client.new_stream()
+        client.send(client.headers(slow, "QueryRoute"))
+        request = grpc_message(route_request())
+        client.send(client.data_frames(slow, request[:3]))
+        waited = time.monotonic() + 2.5 * IDLE_S
+        while time.monotonic() < waited:
+            client.read(0.2)
+            assert client.goaway is None and not client.eof, "a connection with a call in progress was closed"
+        client.send(client.data_frames(slow, request[3:], end_stream=True))
+        client.wait_answered(slow)
+        assert route_of(client, slow).status.code == pb.OK  # answered as any call
+
+        # now nothing is in progress: GOAWAY NO_ERROR, then the close, within about IDLE_S
+        quiet_from = time.monotonic()
+        client.wait_for(lambda: client.eof, "the idle connection closed", timeout_s=IDLE_S * 3 + 5)
+        took = time.monotonic() - quiet_from
+    assert client.goaway is not None and client.goaway[1] == h2.NO_ERROR, client.goaway
+    assert IDLE_S * 0.8 < took < IDLE_S * 2 + 2, took

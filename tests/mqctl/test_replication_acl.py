@@ -15,23 +15,20 @@ import pytest
 import trio
 
 from core.config import load_config
-from core.remoting.client import open_remoting_client, split_address
+from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.signing import Credentials
-from replication.master_slave.handshake import receive_message
 from replication.master_slave.protocol import encode_report
 from replication.membership import (
-    ACCEPT,
     CHALLENGE,
-    CHALLENGE_SIZE,
-    MAGIC,
     NONCE_SIZE,
     Connector,
     Identity,
     split_frame,
 )
 from tests.conftest import Cluster, child_env, running_cluster
+from tests.replication.stranger import captured_proof, is_challenge, talk
 
 ACL_FILE = """\
 accounts:
@@ -69,43 +66,6 @@ def wait_for(what: str, condition, deadline_s: float = DEADLINE_S):
     raise AssertionError(f"not within {deadline_s} s: {what}")
 
 
-def is_challenge(data: bytes) -> bool:
-    return len(data) == CHALLENGE_SIZE and data.startswith(MAGIC + bytes([CHALLENGE]) + NONCE_SIZE.to_bytes(2, "big"))
-
-
-async def raw_peer(address: str, answer) -> tuple[bytes, bytes]:
-    """Connect, read what the port sends first, send ``answer(first)``, then read until the
-    port closes the connection: (the first bytes, everything after)."""
-    stream = await trio.open_tcp_stream(*split_address(address))
-    async with stream:
-        first = bytearray()
-        with trio.fail_after(5):
-            while len(first) < CHALLENGE_SIZE and (chunk := await stream.receive_some(CHALLENGE_SIZE - len(first))):
-                first += chunk
-        after = bytearray()
-        with trio.fail_after(15):  # closed by the port, within its 5 s handshake deadline
-            try:
-                await stream.send_all(answer(bytes(first)))
-                while chunk := await stream.receive_some(65536):
-                    after += chunk
-            except trio.BrokenResourceError:  # closed with our bytes unread: a reset
-                pass
-    return bytes(first), bytes(after)
-
-
-async def captured_proof(address: str) -> bytes:
-    """A slave's valid PROOF as an eavesdropper captures it (the master accepts it)."""
-    stream = await trio.open_tcp_stream(*split_address(address))
-    async with stream:
-        with trio.fail_after(5):
-            c = Connector(b"ha", ADMIN, Identity("broker-a", "1"), Identity("broker-a", "0"),
-                          secrets.token_bytes(NONCE_SIZE))
-            proof = c.prove(await receive_message(stream, CHALLENGE))
-            await stream.send_all(proof)
-            assert c.check_accept(await receive_message(stream, ACCEPT)) == Identity("broker-a", "0")
-    return proof
-
-
 @pytest.fixture(scope="module")
 def sync_pair(tmp_path_factory) -> Iterator[Cluster]:
     """ACL on; broker-a's master (id 0) and slave (id 1) in sync mode."""
@@ -141,10 +101,13 @@ def test_strangers_on_the_ha_port_get_no_stored_byte(sync_pair: Cluster):
         return c.prove(split_frame(challenge, CHALLENGE))
 
     async def strangers() -> list[tuple[str, bytes, bytes]]:
-        captured = await captured_proof(ha)
+        slave = Connector(b"ha", ADMIN, Identity("broker-a", "1"), Identity("broker-a", "0"),
+                          secrets.token_bytes(NONCE_SIZE))
+        captured = await captured_proof(ha, slave, Identity("broker-a", "0"))
         tries = {"offset 0": lambda challenge: encode_report(0), "forged": forged,
                  "replayed": lambda challenge: captured}
-        return [(name, *await raw_peer(ha, answer)) for name, answer in tries.items()]
+        return [(name, *await talk(ha, lambda stream, first, answer=answer: stream.send_all(answer(first))))
+                for name, answer in tries.items()]
 
     for name, first, after in trio.run(strangers):
         assert is_challenge(first) and after == b"", (name, first, after)

@@ -17,7 +17,7 @@ import trio
 
 from core.broker.replication import Replicated
 from core.config import AclConfig, BrokerNode, Config, StoreConfig
-from core.remoting.client import open_remoting_client, split_address
+from core.remoting.client import open_remoting_client
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.signing import Credentials
@@ -28,7 +28,6 @@ from replication.dledger.raft_log import Entry
 from replication.dledger.raft_node import Role
 from replication.dledger.wire import MEMBER_HELLO, MEMBER_PROOF, encode_message
 from replication.master_slave import ha_service
-from replication.master_slave.handshake import receive_message
 from replication.master_slave.protocol import encode_report, encode_transfer_header
 from replication.master_slave.strategy import MasterSlaveReplication
 from replication.member_keys import Membership
@@ -50,6 +49,7 @@ from replication.membership import (
     split_frame,
 )
 from tests.conftest import free_port
+from tests.replication.stranger import captured_proof, is_challenge, talk
 from tests.replication.test_dledger_driver import SEGMENT, body
 from tests.replication.test_master_slave import FAST, msg, wait_caught_up
 
@@ -216,46 +216,6 @@ async def acl_pair(tmp_path: Path, store_config: StoreConfig, *, slave_credentia
         nursery.cancel_scope.cancel()
 
 
-async def talk(address: str, script) -> tuple[bytes, bytes]:
-    """Run ``script(stream, challenge)`` on a raw connection to ``address`` after reading what
-    comes first; returns (the first bytes, everything received afterwards until the peer
-    closed the connection)."""
-    stream = await trio.open_tcp_stream(*split_address(address))
-    async with stream:
-        first = bytearray()
-        with trio.fail_after(5):
-            while len(first) < CHALLENGE_SIZE:
-                chunk = await stream.receive_some(CHALLENGE_SIZE - len(first))
-                if not chunk:
-                    break
-                first += chunk
-        after = bytearray()
-        with trio.fail_after(10):  # the peer closes the connection, well within its handshake deadline
-            try:
-                await script(stream, bytes(first))
-                while chunk := await stream.receive_some(65536):
-                    after += chunk
-            except trio.BrokenResourceError:  # closed with our bytes unread: a reset
-                pass
-    return bytes(first), bytes(after)
-
-
-async def genuine_proof(address: str) -> bytes:
-    """A member's valid PROOF, as an eavesdropper would capture it (the master accepts it)."""
-    stream = await trio.open_tcp_stream(*split_address(address))
-    async with stream:
-        with trio.fail_after(5):
-            c = connector(me=Identity("g", "2"))
-            proof = c.prove(await receive_message(stream, CHALLENGE))
-            await stream.send_all(proof)
-            assert c.check_accept(await receive_message(stream, ACCEPT)) == MASTER
-    return proof
-
-
-def is_challenge(data: bytes) -> bool:
-    return len(data) == CHALLENGE_SIZE and data.startswith(MAGIC + bytes([CHALLENGE]) + NONCE_SIZE.to_bytes(2, "big"))
-
-
 async def test_with_acl_on_members_replicate_and_strangers_get_nothing_but_the_challenge(tmp_path, small_store_config,
                                                                                          monkeypatch):
     monkeypatch.setattr(ha_service, "HANDSHAKE_TIMEOUT_S", 0.5)
@@ -273,7 +233,7 @@ async def test_with_acl_on_members_replicate_and_strangers_get_nothing_but_the_c
             c = connector(Credentials("admin-key", "a-guessed-secret"), me=Identity("g", "2"))
             await stream.send_all(c.prove(split_frame(challenge, CHALLENGE)))
 
-        captured = await genuine_proof(ha)
+        captured = await captured_proof(ha, connector(me=Identity("g", "2")), MASTER)
 
         async def replayed(stream, challenge):
             await stream.send_all(captured)
@@ -286,7 +246,7 @@ async def test_with_acl_on_members_replicate_and_strangers_get_nothing_but_the_c
 
         rejected = master.service.rejected
         for script in (offset_zero, forged, replayed, silent, oversized):
-            first, after = await talk(ha, script)
+            first, after = await talk(ha, script, closed_within_s=10)
             assert is_challenge(first) and after == b"", (script.__name__, first, after)
         assert master.service.rejected == rejected + 5
         assert [s["brokerId"] for s in master.service.status()] == ["1"]  # the slave kept its link
