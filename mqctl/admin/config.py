@@ -200,7 +200,9 @@ def get(
     key: Annotated[str, typer.Argument(help="section.field, e.g. replication.mode")],
     as_json: JsonOutput = False,
 ) -> None:
-    """Print the effective value of KEY: the file's, or the default when the file does not set it."""
+    """Print KEY's effective value: the file's or the default.
+
+    Print the effective value of KEY: the file's, or the default when the file does not set it."""
     parsed = parse_key(key)
     path = config_path(ctx)
     text = _read(path)
@@ -224,7 +226,9 @@ def set_cmd(
     value: Annotated[str, typer.Argument(help="The new value, converted to the key's type.")],
     as_json: JsonOutput = False,
 ) -> None:
-    """Set KEY to VALUE in conf.toml, keeping comments and layout; nodes pick it up on restart."""
+    """Set KEY to VALUE in conf.toml, keeping comments and layout.
+
+    Set KEY to VALUE in conf.toml, keeping comments and layout; nodes pick it up on restart."""
     parsed = parse_key(key)
     new = convert(parsed, value)
     refuse_not_yet_available(parsed, new)

@@ -119,7 +119,9 @@ def _offset_table(resp: RemotingCommand) -> list[dict[str, Any]] | None:
 @consumer_app.command("progress")
 def progress(ctx: typer.Context, group: Annotated[str, typer.Argument(help="Consumer group.")],
              as_json: JsonOutput = False) -> None:
-    """Per queue: broker offset, committed consumer offset, lag and the last consumed message's time."""
+    """Per queue: broker offset, consumer offset, lag, last consumed time.
+
+    Per queue: broker offset, committed consumer offset, lag and the last consumed message's time."""
     config = load(ctx)
     answers = _ask_each(_masters(config), lambda _: RemotingCommand(
         code=RequestCode.GET_CONSUME_STATS, ext_fields={"consumerGroup": group}))

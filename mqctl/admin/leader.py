@@ -30,7 +30,9 @@ def transfer(
     wait_s: Annotated[float, typer.Option("--wait", help="Seconds to wait for it to take writes.")] = TRANSFER_WAIT_S,
     as_json: JsonOutput = False,
 ) -> None:
-    """Hand a raft group's leadership to NODE once it holds every entry, and wait until it
+    """Hand a raft group's leadership to NODE.
+
+    Hand a raft group's leadership to NODE once it holds every entry, and wait until it
     takes writes."""
     config = load(ctx)
     if config.replication.mode != "dledger":

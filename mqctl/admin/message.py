@@ -74,7 +74,9 @@ def query(
     as_json: JsonOutput = False,
     with_body: Annotated[bool, typer.Option("--body", help="Show each message's body.")] = False,
 ) -> None:
-    """Find messages by key, or by id: an offset msgId (the broker's), or a UNIQ_KEY (the
+    """Find messages by key or by msgId.
+
+    Find messages by key, or by id: an offset msgId (the broker's), or a UNIQ_KEY (the
     client's msgId) of --topic."""
     if (key is None) == (msg_id is None):
         raise CliError("give one of --key K or --id ID")

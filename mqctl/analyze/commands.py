@@ -42,7 +42,9 @@ def analyze(
     rows: Annotated[int, typer.Option(help="Rows of each table to print.")] = 20,
     bucket_seconds: Annotated[int, typer.Option(help="Width of the store-time histogram buckets.")] = 60,
 ) -> None:
-    """Inspect stores with Spark: volumes, time and size distributions, keys, producers, latency,
+    """Inspect stores with Spark: volumes, distributions, lag, divergence.
+
+    Inspect stores with Spark: volumes, time and size distributions, keys, producers, latency,
     retries, duplicates, queue lag and replica divergence."""
     from spark.analysis import ALL, REPORT_NAMES, StoreRef
 

@@ -35,7 +35,9 @@ def bench_analyze(
     rounds: Annotated[int, typer.Option(help="Timed rounds of each scan (after one warm-up).")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Spark full-record scan vs a single-process formats scan of the same store (targets:
+    """Spark full-record scan vs a single-process scan of the same store.
+
+    Spark full-record scan vs a single-process formats scan of the same store (targets:
     >= 600 MB/s and >= 1.5x)."""
 
     store = _ensure_store(directory, int(size_gib * (1 << 30)), segment_mib << 20)

@@ -149,7 +149,9 @@ def bench_store(
     keep: Annotated[bool, typer.Option(help="Keep the last round's store files (for mqctl dump).")] = False,
     as_json: JsonOutput = False,
 ) -> None:
-    """CommitLog append throughput (1 KiB records), async and sync group commit, next to a raw
+    """CommitLog append throughput vs a raw sequential write() baseline.
+
+    CommitLog append throughput (1 KiB records), async and sync group commit, next to a raw
     sequential write() baseline measured in the same run. After a discarded warm-up round, runs
     are interleaved over several rounds and medians are compared: the raw baseline alone swings
     2.5x between identical runs on a shared VM, so no single pair decides the ratio."""
@@ -265,7 +267,9 @@ def bench_produce(
     rounds: Annotated[int, typer.Option(help="Rounds of each kind with --compare-proxy.", min=1)] = 3,
     as_json: JsonOutput = False,
 ) -> None:
-    """Send 1 KiB messages to the running cluster with N in flight: msgs/s, MB/s, p50/p99
+    """Send 1 KiB messages to the running cluster: msgs/s, MB/s, p50/p99.
+
+    Send 1 KiB messages to the running cluster with N in flight: msgs/s, MB/s, p50/p99
     (and each client's latency fault table, with --latency-fault)."""
     config = load(ctx)
     if compare_proxy:
@@ -311,7 +315,9 @@ def bench_selection(
                                                   "so every message is a selection and a fault-table update.")] = False,
     as_json: JsonOutput = False,
 ) -> None:
-    """What queue selection with latency fault tolerance costs when nothing fails: produce to
+    """What latency fault tolerance costs when nothing fails.
+
+    What queue selection with latency fault tolerance costs when nothing fails: produce to
     the running cluster with it off and on, alternating; the verdict is the median of the
     rounds' on/off ratios (each pair ran back to back, so host drift between rounds cancels)."""
     config = load(ctx)

@@ -154,7 +154,9 @@ def bench_failover(
     record: Annotated[Path | None, typer.Option(help="Write each acknowledged send here (JSON lines).")] = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """Kill a raft group's leader with SIGKILL KILLS times (restarting it each time) while a
+    """Time raft elections and the first send after killing the leader.
+
+    Kill a raft group's leader with SIGKILL KILLS times (restarting it each time) while a
     producer sends, and time the election, the new leader's first write and the first
     acknowledged send after each kill. Targets: elected < 2.5 s, sends again < 3.5 s."""
     config = load(ctx)

@@ -31,7 +31,9 @@ def bench_grpc_floor(
     rounds: Annotated[int, typer.Option(help="Rounds.", min=1)] = 3,
     as_json: JsonOutput = False,
 ) -> None:
-    """The gRPC door alone, with a service that does nothing: its CPU per call (the floor under
+    """The gRPC door alone: its CPU per call with a service that does nothing.
+
+    The gRPC door alone, with a service that does nothing: its CPU per call (the floor under
     every 5.x send and ack through the proxy) and the official client's rate against it."""
     port = free_port()
     door = subprocess.Popen([sys.executable, "-m", "mqctl.bench.noop_door", str(port)], stdout=subprocess.PIPE,

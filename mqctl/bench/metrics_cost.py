@@ -85,7 +85,9 @@ def bench_metrics(
                                              help="Let concurrent sends share batch requests.")] = True,
     as_json: JsonOutput = False,
 ) -> None:
-    """Produce throughput with metrics off, and on with every node scraped each second, on
+    """What scraping metrics costs: produce throughput with metrics off and on.
+
+    Produce throughput with metrics off, and on with every node scraped each second, on
     fresh one-broker clusters in alternating rounds: msgs/s, the on/off ratio, CPU per message
     of each process."""
     base = Path(tempfile.mkdtemp(prefix="mqctl-bench-metrics-"))

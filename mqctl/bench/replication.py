@@ -81,7 +81,9 @@ def bench_replication(
     keep: Annotated[bool, typer.Option(help="Keep every run's cluster folder (conf.toml, data, logs).")] = False,
     as_json: JsonOutput = False,
 ) -> None:
-    """Produce throughput of one broker, an async master-slave pair, a sync one and a raft
+    """Produce throughput: one broker vs async, sync and raft replication.
+
+    Produce throughput of one broker, an async master-slave pair, a sync one and a raft
     group of three, each a fresh cluster on free loopback ports, interleaved over rounds:
     msgs/s, p50/p99, CPU per message of each broker by role and of the clients, the ratios
     async/single and sync/async, and whether each slave caught up with its master."""

@@ -62,7 +62,9 @@ def bench_grpc(
     proxy: Annotated[str | None, typer.Option(help=help_text("The proxy (a [[proxies]] name with grpc_listen)."))] = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """The RocketMQ 5 client (gRPC, POP) against our 4.x remoting client, both through the
+    """The RocketMQ 5 client (gRPC, POP) vs our 4.x client, through the proxy.
+
+    The RocketMQ 5 client (gRPC, POP) against our 4.x remoting client, both through the
     proxy: msgs/s, p50/p99 and CPU per message of every process, alternating rounds."""
     config = load(ctx)
     name, endpoints = _grpc_endpoint(config, proxy)

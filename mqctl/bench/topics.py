@@ -106,7 +106,9 @@ def bench_topics(
     inflight: Annotated[int, typer.Option(min=1, help="Creates in flight.")] = 8,
     as_json: JsonOutput = False,
 ) -> None:
-    """Create TOPICS topics, then GROUPS consumer groups, on a fresh one-broker cluster:
+    """Create many topics and groups: rate, CPU, route latency, restart time.
+
+    Create TOPICS topics, then GROUPS consumer groups, on a fresh one-broker cluster:
     creates/s and CPU per create of the master and the name server per step, then route lookup
     latency, broker restart time, RSS."""
     base = Path(tempfile.mkdtemp(prefix="mqctl-bench-topics-"))

@@ -79,7 +79,9 @@ def chaos(
                                                     "beside DIR/history.json and the clients' journals.")] = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """Run a fault drill on a cluster of its own under load and check what the mode promises."""
+    """Run a fault drill under load and check what the mode promises.
+
+    Run a fault drill on a cluster of its own under load and check what the mode promises."""
     if mode not in LOSS_ALLOWED:
         raise CliError(f"--mode must be async, sync or dledger, not {mode!r}")
     if net not in NETS:

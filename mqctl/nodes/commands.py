@@ -144,7 +144,9 @@ def stop_cmd(ctx: typer.Context, nodes: NodeNames = None,
              force: Annotated[bool, typer.Option("--force", help="SIGKILL instead of a graceful stop.")] = False,
              timeout: Annotated[float, typer.Option(help="Seconds to wait for each node.")] = STOP_TIMEOUT_S,
              as_json: JsonOutput = False) -> None:
-    """Stop nodes: proxies first, then brokers (they flush and unregister), then name servers."""
+    """Stop nodes: proxies, then brokers, then name servers.
+
+    Stop nodes: proxies first, then brokers (they flush and unregister), then name servers."""
     config = load(ctx)
     rows = []
     for spec in reversed(nodes_of(config, nodes)):
@@ -170,7 +172,9 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
             timeout: Annotated[float, typer.Option(help="Seconds each node may take to serve again and, for a "
                                                    "slave, to catch up with its master.")] = START_TIMEOUT_S,
             as_json: JsonOutput = False) -> None:
-    """Rolling restart, one node at a time: name servers first (then the brokers register with
+    """Rolling restart, one node at a time, slaves before their master.
+
+    Rolling restart, one node at a time: name servers first (then the brokers register with
     them again), then per broker group its slaves, each waited for until its master has it
     connected and caught up, then its master. A node that was not running is started."""
     config = load(ctx)
@@ -274,7 +278,9 @@ def _progress_printer(as_json: bool) -> Callable[[BrokerNode, str], None]:
 
 
 def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
-    """Each node: role, address, pid, whether it serves, its CommitLog max offset; with
+    """Each node's role, address, pid and offsets; replication lag per slave.
+
+    Each node: role, address, pid, whether it serves, its CommitLog max offset; with
     replication, per master its mode and connected slaves, per slave whether its master has it
     connected, the offset acknowledged and the lag in bytes and seconds."""
     config = load(ctx)

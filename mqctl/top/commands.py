@@ -44,7 +44,9 @@ def top(
     count: Annotated[int, typer.Option("--count", "-n", help="Stop after this many refreshes (0: until Ctrl-C).")] = 0,
     as_json: JsonOutput = False,
 ) -> None:
-    """A live view of the cluster: message rates per topic, lag per group, replication, raft
+    """A live view of the cluster from every node's metrics endpoint.
+
+    A live view of the cluster: message rates per topic, lag per group, replication, raft
     roles and proxy failovers, read from every node's metrics endpoint and refreshed in place.
     --json prints one snapshot (rates over --interval) and exits."""
     from rich.console import Console
@@ -113,7 +115,9 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
 
 @metrics_app.command("targets")
 def metrics_targets(ctx: typer.Context) -> None:
-    """The running nodes' metrics addresses as Prometheus file_sd targets (JSON), labelled with
+    """The running nodes' metrics addresses as Prometheus file_sd targets.
+
+    The running nodes' metrics addresses as Prometheus file_sd targets (JSON), labelled with
     cluster, node and kind: point a file_sd_configs entry at the file this writes."""
     from mqctl.top.scrape import targets
 

@@ -3,6 +3,8 @@ before it, and README's command list is the command tree ``mqctl --help`` shows.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -109,3 +111,47 @@ def test_help_shows_toml_tables_and_brackets_as_written():
         assert not missing, f"mqctl {words} --help lost {missing}"
         checked += 1
     assert checked >= 3  # --proxy of send, tail and bench grpc at least
+
+
+def command_groups() -> dict[str, object]:
+    """Every command that lists subcommands, by its words (``""`` is mqctl itself)."""
+    found: dict[str, object] = {}
+
+    def walk(command: object, words: list[str]) -> None:
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            found[" ".join(words)] = command
+            for name, sub in subcommands.items():
+                walk(sub, [*words, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def test_every_command_summary_fits_one_line_at_100_columns():
+    """The commands table of ``mqctl --help`` and of every group: one row per command. A
+    summary that wraps leaves a row whose name column is blank. Rendered in a fresh process:
+    typer reads the terminal width once, at import."""
+    groups = command_groups()
+    render = (
+        "import json, sys\n"
+        "from typer.testing import CliRunner\n"
+        "from mqctl.main import app\n"
+        "runner = CliRunner()\n"
+        "words = json.loads(sys.argv[1])\n"
+        "print(json.dumps([runner.invoke(app, [*w.split(), '--help']).output for w in words]))\n"
+    )
+    env = {**os.environ, "COLUMNS": "100", "TERMINAL_WIDTH": "100"}
+    done = subprocess.run([sys.executable, "-c", render, json.dumps(list(groups))], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    rows_seen = 0
+    for (words, group), shown in zip(groups.items(), json.loads(done.stdout), strict=True):
+        assert max(len(line) for line in shown.splitlines()) <= 100
+        panel = shown.split("─ Commands ", 1)[1].split("╰", 1)[0].splitlines()[1:]
+        listed = {n for n, c in group.commands.items() if not c.hidden}  # type: ignore[attr-defined]
+        for row in panel:
+            cells = row.strip("│ ").split(maxsplit=1)
+            assert cells and cells[0] in listed, f"mqctl {words} --help wraps a summary: {row!r}"
+        assert len(panel) == len(listed), f"mqctl {words} --help: {panel}"
+        rows_seen += len(panel)
+    assert rows_seen >= 40
