@@ -14,15 +14,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
+from core.addresses import shifted
 from core.errors import ConfigError
 from core.metrics.settings import MetricsSettings
+from core.node_specs import BrokerNode, NameServerNode, ProxyNode, metrics_listen
 from core.proxy_settings import ProxySettings
 from core.remoting.limits import ConnectionLimits
+from core.remoting.signing import Credentials
 
 FlushMode = Literal["async", "sync"]
 ReplicationMode = Literal["async", "sync", "dledger"]
 MiB = 1024 * 1024
-MASTER_ID = 0  # a broker group's master; other ids are its slaves (RocketMQ's MixAll.MASTER_ID)
 GiB = 1024 * MiB
 
 
@@ -72,7 +74,7 @@ class StoreConfig:
         return parse_delay_levels(self.delay_levels)
 
 
-_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION_MS = MappingProxyType({"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000})
 
 
 @functools.lru_cache(maxsize=16)
@@ -202,123 +204,6 @@ class BrokerSettings:
             inflight_bytes_max=self.inflight_bytes_max, large_frames_bytes_max=self.large_frames_bytes_max)
 
 
-def _check_listen(kind: str, name: str, listen: str, key: str = "listen") -> None:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ConfigError(f"{kind} {name!r}: {key} must be host:port (port 0 picks a free one), not {listen!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class NameServerNode:
-    name: str
-    listen: str = "127.0.0.1:9876"
-    # the address brokers and clients use, when it is not ``listen`` (a proxy in front of it)
-    advertise: str = ""
-    metrics_listen: str = ""  # Prometheus metrics (empty: listen's host, a free port)
-
-    def __post_init__(self) -> None:
-        _check_listen("nameserver", self.name, self.listen)
-        if self.metrics_listen:
-            _check_listen("nameserver", self.name, self.metrics_listen, "metrics_listen")
-        if self.advertise:
-            _check_listen("nameserver", self.name, self.advertise, "advertise")
-            if self.advertise.endswith(":0"):
-                raise ConfigError(f"nameserver {self.name!r}: advertise needs a real port, not {self.advertise!r}")
-
-    @property
-    def address(self) -> str:
-        """Where brokers register and clients ask for routes."""
-        return self.advertise or self.listen
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerNode:
-    """One broker process: broker ``name`` (the group) and its ``id`` (0 = master)."""
-
-    name: str
-    id: int = 0
-    listen: str = "127.0.0.1:10911"
-    # the address clients are told through the name servers, when it is not ``listen``: a
-    # proxy or NAT in front of the broker (RocketMQ's brokerIP1). Nodes still reach each other
-    # on ``listen``, and records keep ``listen`` as their store host.
-    advertise: str = ""
-    # the address the other members of the group reach this node's HA / raft port through,
-    # when it is not listen's port + 1 (a proxy in front of it)
-    ha_advertise: str = ""
-    metrics_listen: str = ""  # Prometheus metrics (empty: listen's host, a free port)
-
-    def __post_init__(self) -> None:
-        _check_listen("broker", self.name, self.listen)
-        if self.metrics_listen:
-            _check_listen("broker", self.name, self.metrics_listen, "metrics_listen")
-        if self.ha_advertise:
-            _check_listen("broker", self.name, self.ha_advertise, "ha_advertise")
-            if self.ha_advertise.endswith(":0"):
-                raise ConfigError(f"broker {self.name!r}: ha_advertise needs a real port, not {self.ha_advertise!r}")
-        if self.advertise:
-            _check_listen("broker", self.name, self.advertise, "advertise")
-            if self.advertise.endswith(":0"):
-                raise ConfigError(f"broker {self.name!r}: advertise needs a real port, not {self.advertise!r}")
-        if self.id < 0:
-            raise ConfigError(f"broker {self.name!r}: id must be >= 0")
-
-    @property
-    def is_master(self) -> bool:
-        return self.id == MASTER_ID
-
-    @property
-    def registered_address(self) -> str:
-        """The address the name servers hand to clients."""
-        return self.advertise or self.listen
-
-    @property
-    def node(self) -> str:
-        """The node's name: its data folder, log and pid file."""
-        return f"{self.name}-{self.id}"
-
-
-@dataclass(frozen=True, slots=True)
-class ProxyNode:
-    """A proxy: a stateless front door for 4.x clients (RocketMQ 5's remoting proxy).
-
-    Clients use ``listen`` (or ``advertise``) as their name server. Each broker group gets a
-    door of its own on the ports that follow, in the order the groups first appear in the
-    config (group i: port + 1 + i); the routes the proxy answers name the doors, so a request
-    says by the port it arrives on which group it is for (the C++ client names no broker)."""
-
-    name: str
-    listen: str = "127.0.0.1:8080"
-    # the address clients are told, when it is not ``listen`` (doors follow its port too)
-    advertise: str = ""
-    # where RocketMQ 5 clients connect (gRPC, apache.rocketmq.v2.MessagingService; RocketMQ's
-    # proxy uses port 8081); empty: no gRPC front door. Routes name the address a client dialled.
-    grpc_listen: str = ""
-    metrics_listen: str = ""  # Prometheus metrics (empty: listen's host, a free port)
-
-    def __post_init__(self) -> None:
-        if self.metrics_listen:
-            _check_listen("proxy", self.name, self.metrics_listen, "metrics_listen")
-        for key, value in (("listen", self.listen), ("advertise", self.advertise), ("grpc_listen", self.grpc_listen)):
-            if key != "listen" and not value:
-                continue
-            _check_listen("proxy", self.name, value, key)
-            if value.endswith(":0"):
-                why = "" if key == "grpc_listen" else " (its doors follow it)"
-                raise ConfigError(f"proxy {self.name!r}: {key} needs a real port{why}, not {value!r}")
-
-    @property
-    def address(self) -> str:
-        """Where clients ask for routes (their name server address)."""
-        return self.advertise or self.listen
-
-    def doors(self, groups: list[str]) -> dict[str, tuple[str, str]]:
-        """Each broker group's door: (the address listened on, the address routes name)."""
-        def shifted(address: str, by: int) -> str:
-            host, _, port = address.rpartition(":")
-            return f"{host}:{int(port) + by}"
-        return {group: (shifted(self.listen, 1 + i), shifted(self.address, 1 + i)) for i, group in enumerate(groups)}
-
-
 # Field metadata of a secret: never printed (repr, mqctl config get/set, logs, errors).
 SECRET = MappingProxyType({"secret": True})
 ACL_KEY_LENGTH_MIN = 7  # RocketMQ: access and secret keys longer than 6 characters
@@ -346,6 +231,10 @@ class AclConfig:
         if self.secret_key and min(len(self.access_key), len(self.secret_key)) < ACL_KEY_LENGTH_MIN:
             raise ConfigError(f"[acl] access_key and secret_key need at least {ACL_KEY_LENGTH_MIN} "
                               "characters (RocketMQ's minimum)")
+
+    def credentials(self) -> Credentials | None:
+        """The keys the nodes and mqctl sign their requests with, if any."""
+        return Credentials(self.access_key, self.secret_key) if self.access_key else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,8 +280,8 @@ class Config:
         if (ns := self.nameserver(name)) is not None:
             return [ns.listen, *fixed]
         if (broker := self.broker_node(name)) is not None:
-            host, _, port = broker.listen.rpartition(":")
-            return ([broker.listen] if port == "0" else [broker.listen, f"{host}:{int(port) + 1}"]) + fixed
+            ha = [] if broker.listen.endswith(":0") else [shifted(broker.listen, 1)]
+            return [broker.listen, *ha, *fixed]
         if (proxy := self.proxy_node(name)) is not None:
             doors = [listen for listen, _ in self.proxy_doors(proxy).values()]
             return [proxy.listen, *doors] + ([proxy.grpc_listen] if proxy.grpc_listen else []) + fixed
@@ -423,16 +312,6 @@ class Config:
         if not path.is_absolute() and self.source is not None:
             path = self.source.parent / path
         return path
-
-
-def metrics_listen(node: NameServerNode | BrokerNode | ProxyNode) -> str:
-    """Where ``node`` serves metrics: its ``metrics_listen``, else its listen host, port 0. A
-    node listening on every address serves metrics on loopback only unless told otherwise: the
-    endpoint has no access control, and names every topic and group."""
-    if node.metrics_listen:
-        return node.metrics_listen
-    host = node.listen.rpartition(":")[0]
-    return f"{'127.0.0.1' if host in ('0.0.0.0', '::', '[::]', '') else host}:0"
 
 
 def _section(cls: type, raw: Any, name: str) -> Any:

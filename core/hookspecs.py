@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from core.broker.replication import Replication
     from core.client.fault import FaultSettings
     from core.client.selection import QueueSelector
-    from core.config import BrokerNode, Config, NameServerSettings
+    from core.config import Config, NameServerSettings
     from core.namesrv.route_table import RouteTable
+    from core.node_specs import BrokerNode
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchBatch

@@ -30,6 +30,8 @@ there is one, never Huffman-coded (:func:`encode_literal`), so the encoder keeps
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from formats.errors import FormatError
 
@@ -50,7 +52,7 @@ STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = tuple((n.encode(), v.encode()) f
     ("proxy-authenticate", ""), ("proxy-authorization", ""), ("range", ""), ("referer", ""), ("refresh", ""),
     ("retry-after", ""), ("server", ""), ("set-cookie", ""), ("strict-transport-security", ""),
     ("transfer-encoding", ""), ("user-agent", ""), ("vary", ""), ("via", ""), ("www-authenticate", "")))
-STATIC_NAME_INDEX = {name: i + 1 for i, (name, _) in reversed(list(enumerate(STATIC_TABLE)))}
+STATIC_NAME_INDEX = MappingProxyType({name: i + 1 for i, (name, _) in reversed(list(enumerate(STATIC_TABLE)))})
 
 # Appendix B: the code length of each symbol 0..256 (256 is EOS), two digits a symbol. The code
 # is canonical (codes ascend by length, then by symbol), so the lengths determine the codes.
@@ -69,7 +71,11 @@ class HpackError(FormatError):
     """A header block that does not decode (a COMPRESSION_ERROR of the connection)."""
 
 
-def _canonical_codes() -> tuple[list[tuple[int, int]], dict[int, tuple[int, int]], dict[tuple[int, int], int]]:
+Codes = tuple[tuple[int, int], ...]
+ShortCodes = tuple[tuple[int, int] | None, ...]
+
+
+def _canonical_codes() -> tuple[Codes, ShortCodes, Mapping[tuple[int, int], int]]:
     lengths = [int(_CODE_LENGTHS[i:i + 2]) for i in range(0, len(_CODE_LENGTHS), 2)]
     assert len(lengths) == 257
     codes: list[tuple[int, int]] = [(0, 0)] * 257
@@ -78,8 +84,8 @@ def _canonical_codes() -> tuple[list[tuple[int, int]], dict[int, tuple[int, int]
         code = (code + 1) << (lengths[symbol] - previous)
         previous = lengths[symbol]
         codes[symbol] = (code, lengths[symbol])
-    # a table by the next 8 bits for the short codes, a dict by (length, code) for the rest
-    short: dict[int, tuple[int, int]] = {}
+    # a table by the next 8 bits for the short codes, a mapping by (length, code) for the rest
+    short: list[tuple[int, int] | None] = [None] * (1 << _LOOKUP_BITS)
     by_code: dict[tuple[int, int], int] = {}
     for symbol, (code, length) in enumerate(codes):
         by_code[(length, code)] = symbol
@@ -87,7 +93,7 @@ def _canonical_codes() -> tuple[list[tuple[int, int]], dict[int, tuple[int, int]
             pad = _LOOKUP_BITS - length
             for tail in range(1 << pad):
                 short[(code << pad) | tail] = (symbol, length)
-    return codes, short, by_code
+    return tuple(codes), tuple(short), MappingProxyType(by_code)
 
 
 _CODES, _SHORT, _BY_CODE = _canonical_codes()
@@ -99,7 +105,7 @@ def huffman_decode(data: bytes) -> bytes:
     out = bytearray()
     while bits > 0:
         if bits >= _LOOKUP_BITS:
-            found = _SHORT.get((acc >> (bits - _LOOKUP_BITS)) & 0xFF)
+            found = _SHORT[(acc >> (bits - _LOOKUP_BITS)) & 0xFF]
             if found is not None:
                 out.append(found[0])
                 bits -= found[1]

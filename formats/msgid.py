@@ -86,8 +86,9 @@ class UniqKeyGenerator:
         self._next_month_start = 0  # the month start is cached: gmtime per id cost 4% of a send
         self._stamped = (-1, "")  # (ms, the id's head and time part then)
 
-    def next(self, now_ms: int | None = None) -> str:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+    def next(self, now_ms: int) -> str:
+        """The id of a message born at ``now_ms`` (the caller's clock: ms since the epoch)."""
+        now = now_ms
         seq = next(self._counter) & 0xFFFF  # itertools.count is atomic under the GIL
         if not self._month_start <= now < self._next_month_start:
             with self._lock:

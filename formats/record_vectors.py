@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +53,7 @@ ENTRY = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", 
 assert HEAD.itemsize == 88 and ENTRY.itemsize == dledger.HEADER_SIZE
 _HEAD_BYTES = np.arange(HEAD.itemsize)
 _ENTRY_BYTES = np.arange(ENTRY.itemsize)
+_HEAD_BYTES.flags.writeable = _ENTRY_BYTES.flags.writeable = False  # offsets every scan shares
 _I32 = struct.Struct(">i")
 _V6_BITS = sf.BORNHOST_V6 | sf.STOREHOST_V6
 _PAIR_SEPARATOR, _NAME_SEPARATOR = 2, 1  # formats.properties: PROPERTY_SEPARATOR, NAME_VALUE_SEPARATOR
@@ -141,11 +143,11 @@ class RecordVectors:
         raise KeyError(name)
 
 
-_HEAD_COLUMNS = {
+_HEAD_COLUMNS = MappingProxyType({
     "queue_id": "queue_id", "queue_offset": "queue_offset", "phys_offset": "phys", "size": "total",
     "body_size": "body_len", "body_crc": "crc", "flag": "flag", "sysflag": "sysflag", "born_ts": "born_ts",
     "store_ts": "store_ts", "reconsume_times": "reconsume",
-}
+})
 
 
 def _decode(data: np.ndarray, view: memoryview, starts: np.ndarray, base: int, wrapped: bool,

@@ -12,7 +12,7 @@ import operator
 _MASK32 = 0xFFFFFFFF
 _POWERS_LEN = 512
 # 31**k mod 2**32, highest power first, so the last n entries weight a string of length n.
-_POWERS = [pow(31, k, 1 << 32) for k in range(_POWERS_LEN - 1, -1, -1)]
+_POWERS = tuple(pow(31, k, 1 << 32) for k in range(_POWERS_LEN - 1, -1, -1))
 
 
 def java_string_hash(text: str) -> int:

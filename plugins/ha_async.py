@@ -4,8 +4,9 @@ answered after the master's write; slaves follow)."""
 from __future__ import annotations
 
 from core.broker.replication import Replication
-from core.config import BrokerNode, Config
+from core.config import Config
 from core.hookspecs import hookimpl
+from core.node_specs import BrokerNode
 from core.store.message_store import MessageStore
 from replication.master_slave.strategy import MasterSlaveReplication
 

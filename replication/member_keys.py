@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from core.acl.file import AclFile
 from core.config import Config
-from core.remoting.signing import Credentials, acl_credentials
+from core.remoting.signing import Credentials
 from replication.membership import NONCE_SIZE, Acceptor, Connector, Identity, MembershipError
 
 
@@ -29,7 +29,7 @@ class Membership:
         """The node's membership keys, or None with ACL off (ports open to whoever connects)."""
         if not config.acl.enabled:
             return None
-        return cls(AclFile(config.acl_file), acl_credentials(config))
+        return cls(AclFile(config.acl_file), config.acl.credentials())
 
     def __repr__(self) -> str:
         return f"Membership(acl={str(self.acl.path)!r}, credentials={self.credentials!r})"

@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from core.config import StoreConfig
-from mqctl.nodes.port_holders import free_port
+from mqctl.nodes.port_holders import PortPicker
+
+# one picker per test process: a port handed out before its node listens is never handed out
+# again in this process (each xdist worker is a process of its own)
+free_port = PortPicker().take
 
 REPO = Path(__file__).resolve().parent.parent
 

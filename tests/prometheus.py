@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mqctl.nodes.port_holders import free_port
+from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 UNPACKED = REPO / ".venv" / "prometheus" / "usr" / "bin" / "prometheus"

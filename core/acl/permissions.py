@@ -3,9 +3,11 @@ resource (its retry topic, ``%RETRY%<group>``, as RocketMQ's ACL names it)."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 DENY, ANY, PUB, SUB = 1, 2, 4, 8  # RocketMQ's Permission
 RETRY_PREFIX = "%RETRY%"
-_PERM_NAMES = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
+_PERM_NAMES = MappingProxyType({"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB})
 
 
 def parse_perm(text: str | None) -> int:

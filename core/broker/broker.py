@@ -4,9 +4,9 @@ the code's declared type (core/remoting/request_headers.py): the type the ACL ju
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import trio
 from core.acl.file import AclFile
 from core.acl.policy import AclPolicy
 from core.acl.requests import Resource, request_resources
+from core.addresses import split_address
 from core.broker.clients import ClientRegistry
 from core.broker.consumer_filters import ConsumerFilterTable
 from core.broker.long_polling import PullHold
@@ -26,16 +27,17 @@ from core.broker.pop.order import OrderBook
 from core.broker.queue_locks import QueueLocks
 from core.broker.replication import Replication
 from core.broker.request_modes import RequestModeTable
-from core.broker.request_names import request_name_problem
+from core.broker.request_names import RequestNames
 from core.broker.schedule import ScheduleService
 from core.broker.subscription_groups import SubscriptionGroupTable
 from core.broker.topic_queues import TopicQueues
 from core.broker.topics import TopicConfig, TopicTable
 from core.broker.transaction_service import TransactionService
 from core.broker.write_path import WritePath
-from core.config import MASTER_ID, BrokerNode, Config
+from core.clock import Clock, now_ms
+from core.config import Config
 from core.errors import RemotingError
-from core.remoting.client import split_address
+from core.node_specs import MASTER_ID, BrokerNode
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -71,8 +73,9 @@ class Broker:
     topic_queues: TopicQueues  # set by the server, which has the name servers' client
 
     def __init__(self, node: BrokerNode, config: Config, store: MessageStore, hold: PullHold, root: Path,
-                 replication: Replication, handlers: Mapping[int, Handler]) -> None:
+                 replication: Replication, handlers: Mapping[int, Handler], *, clock: Clock = now_ms) -> None:
         self.node = node
+        self.now_ms = clock  # liveness of clients, queue locks
         self.config = config
         self.settings = config.broker
         self.cluster = config.cluster.name
@@ -96,7 +99,9 @@ class Broker:
         self.bind(split_address(node.listen)[1])
         self.schedule = ScheduleService(store, root / "config", self.store_host)
         self.queue_locks = QueueLocks()
+        self.names = RequestNames()  # topic and group names requests carry, checked before handlers
         self.pop_order = OrderBook()  # FIFO POPs' outstanding batches
+        self.pop_revive_turns = itertools.count()  # spreads POP checkpoints over the revive queues
         self.pop_ready = trio.Event()  # set once a writable broker's POP offsets are recovered
         self.transactions = TransactionService(store, root / "config", self.settings, self.store_host,
                                                self.producer_connections, self.schedule.hold_if_delayed)
@@ -113,10 +118,6 @@ class Broker:
         self.address = self.node.advertise or f"{host}:{port}"
         self.store_host = (host if host not in ("0.0.0.0", "") else "127.0.0.1", port)
         self.ha_address = f"{host}:{port + 1}"
-
-    @staticmethod
-    def now_ms() -> int:
-        return time.time_ns() // 1_000_000
 
     def process(self, request: RemotingCommand, conn: Connection) -> Reply:
         account = None
@@ -137,7 +138,7 @@ class Broker:
             refused = AclPolicy.refusal(account, request_resources(request, header))
             if refused is not None:
                 return self._refused(request, conn, refused)
-        problem = request_name_problem(request)
+        problem = self.names.problem(request)
         if problem is not None:
             return request.reply(ResponseCode.SYSTEM_ERROR, problem)
         return handler(self, header, request, conn)

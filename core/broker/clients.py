@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from core.broker.consumer_filters import ConsumerFilterTable, FilterRefused
@@ -53,9 +54,10 @@ class ConsumerGroup:
     clients: dict[str, ConsumerClient] = field(default_factory=dict)
 
 
-_CONSUME_TYPES = {0: "CONSUME_ACTIVELY", 1: "CONSUME_PASSIVELY"}
-_MODELS = {0: "BROADCASTING", 1: "CLUSTERING"}
-_FROM_WHERE = {0: "CONSUME_FROM_LAST_OFFSET", 4: "CONSUME_FROM_FIRST_OFFSET", 5: "CONSUME_FROM_TIMESTAMP"}
+_CONSUME_TYPES = MappingProxyType({0: "CONSUME_ACTIVELY", 1: "CONSUME_PASSIVELY"})
+_MODELS = MappingProxyType({0: "BROADCASTING", 1: "CLUSTERING"})
+_FROM_WHERE = MappingProxyType({0: "CONSUME_FROM_LAST_OFFSET", 4: "CONSUME_FROM_FIRST_OFFSET",
+                                5: "CONSUME_FROM_TIMESTAMP"})
 
 
 def enum_name(value: object, names: dict[int, str], default: str) -> str:

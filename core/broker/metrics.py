@@ -7,7 +7,6 @@ not counted at all.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, cast
 
@@ -81,13 +80,13 @@ def _lag(broker: Broker, out: Samples, keys_max: int) -> None:
     """Per group, topic and queue: messages stored beyond the group's committed offset; per
     group and topic, the age of the oldest of them (one record read per lagging queue, at most
     LAG_READS_MAX a scrape: the scrape runs on the broker's loop)."""
-    store, now_ms = broker.store, time.time_ns() // 1_000_000
+    store, now = broker.store, broker.now_ms()
     reads_left = LAG_READS_MAX
     for pairs, (key, queues) in enumerate(list(broker.offsets.table.items())):
         if pairs >= keys_max:
             break
         topic, _, group = key.partition("@")
-        oldest_ms: int | None = now_ms
+        oldest_ms: int | None = now
         for queue_id, committed in list(queues.items()):
             lag = max(0, store.max_queue_offset(topic, queue_id) - max(committed, 0))
             out.add("rocketmq_consumer_lag_messages", lag, group, topic, str(queue_id))
@@ -100,7 +99,7 @@ def _lag(broker: Broker, out: Samples, keys_max: int) -> None:
                 if stamp:
                     oldest_ms = min(oldest_ms, stamp)
         if oldest_ms is not None:
-            out.add("rocketmq_consumer_lag_seconds", max(0, now_ms - oldest_ms) / 1000, group, topic)
+            out.add("rocketmq_consumer_lag_seconds", max(0, now - oldest_ms) / 1000, group, topic)
 
 
 def _pop_inflight(broker: Broker, out: Samples, keys_max: int) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
-from core.config import MASTER_ID
+from core.node_specs import MASTER_ID
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply

@@ -10,10 +10,10 @@ refuses it; a recall of a handle this broker never gave out is harmless (nothing
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from core.broker.responses import response_code
+from core.clock import now_ms
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -35,7 +35,7 @@ def handle_recall(broker: Broker, header: RecallMessageHeader, request: Remoting
     if handle.broker_name != broker.node.name:
         return request.reply(ResponseCode.ILLEGAL_OPERATION, f"the recall handle names broker "
                              f"{handle.broker_name[:100]!r}, not {broker.node.name}")
-    if handle.due_ms <= time.time_ns() // 1_000_000:
+    if handle.due_ms <= now_ms():
         return request.reply(ResponseCode.ILLEGAL_OPERATION, "the message is due already: delivered, not recalled")
     if broker.topics.get(topic) is None:
         return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,6 +36,7 @@ import trio
 
 from core.broker.persist import load_json, save_json
 from core.broker.real_destination import real_destination
+from core.clock import now_ms
 from core.errors import StoreError, UnsafePathError
 from core.store.message_store import MessageStore
 from core.topic_names import SCHEDULE_TOPIC
@@ -179,7 +179,7 @@ class ScheduleService:
         self._recalls_pruned_ms = 0
         # Entries due before this instant may have been delivered by a run that crashed before
         # saving its progress: check those against the real topic first.
-        self._uncertain_before_ms = time.time_ns() // 1_000_000 if started_ms is None else started_ms
+        self._uncertain_before_ms = now_ms() if started_ms is None else started_ms
 
     def hold_if_delayed(self, rec: MessageRecord) -> MessageRecord:
         """What to store for ``rec``: itself, or, when it asks for a delay level, its schedule
@@ -187,9 +187,9 @@ class ScheduleService:
         carry a delay (sends, send-backs) goes through here, as RocketMQ's putMessage does."""
         level = delay_level(rec)
         if not level:
-            now_ms = time.time_ns() // 1_000_000
-            due = timer_due_ms(rec, now_ms)
-            if due is None or due <= now_ms:
+            now = now_ms()
+            due = timer_due_ms(rec, now)
+            if due is None or due <= now:
                 return rec  # due already: stored as it is, its timer property kept for the consumer
             self.wake.set()
             return to_timer(rec, due, self.timer_queue)
@@ -340,7 +340,7 @@ class ScheduleService:
             while True:
                 self.wake = trio.Event()
                 try:
-                    next_due = self.deliver_due(time.time_ns() // 1_000_000)
+                    next_due = self.deliver_due(now_ms())
                 except StoreError as exc:
                     log.warning("schedule: delivery refused by the store (%s); retrying", exc)
                     next_due = None
@@ -349,7 +349,7 @@ class ScheduleService:
                     last_save = trio.current_time()
                 wait_s = IDLE_WAIT_S
                 if next_due is not None:
-                    wait_s = min(wait_s, max(0.0, (next_due - time.time_ns() // 1_000_000) / 1000))
+                    wait_s = min(wait_s, max(0.0, (next_due - now_ms()) / 1000))
                 with trio.move_on_after(wait_s):
                     await self.wake.wait()
         finally:

@@ -7,6 +7,7 @@ import random
 import struct
 from typing import Protocol
 
+from core.addresses import split_address
 from core.broker.batch_send import BATCH_DELAY_REFUSED, batch_records, record_batch
 from core.broker.meters import BrokerMeters
 from core.broker.responses import response_code
@@ -15,7 +16,7 @@ from core.broker.topics import TopicTable
 from core.broker.transaction_service import TransactionService
 from core.broker.transactions import is_half
 from core.broker.write_path import WritePath
-from core.config import BrokerNode
+from core.node_specs import BrokerNode
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -194,8 +195,8 @@ def _delayed(props: dict[str, str]) -> bool:
 
 
 def _host(remote: str) -> tuple[str, int]:
-    host, _, port = remote.rpartition(":")
     try:
-        return host.strip("[]") or "127.0.0.1", int(port)
+        host, port = split_address(remote)
     except ValueError:
         return "127.0.0.1", 0
+    return host or "127.0.0.1", port

@@ -8,6 +8,7 @@ from pathlib import Path
 import trio
 
 from core.acl.file import keep_acl_current
+from core.addresses import own_loopback, split_address
 from core.broker.broker import Broker
 from core.broker.long_polling import PullHold
 from core.broker.metrics import fill_broker
@@ -16,12 +17,13 @@ from core.broker.registration import registration_loop, unregister_all
 from core.broker.request_table import HANDLERS
 from core.broker.slave_sync import slave_sync_loop
 from core.broker.topic_queues import TopicQueues
-from core.config import BrokerNode, Config, metrics_listen
+from core.config import Config
 from core.errors import ConfigError
 from core.metrics.exposition import node_registry
 from core.metrics.http import address_file, serve_node_metrics
+from core.node_specs import BrokerNode, metrics_listen
 from core.plugin_manager import PluginHost
-from core.remoting.client import RemotingClient, open_remoting_client, split_address
+from core.remoting.client import RemotingClient, open_remoting_client
 from core.remoting.server import serve_remoting
 from core.store.message_store import open_message_store
 
@@ -43,7 +45,8 @@ async def serve_broker(
     try:
         made = plugins.message_store(config.replication.mode, node, config, root)
         async with open_message_store(root, config.store, plugins, store=made) as store, \
-                open_remoting_client(plugins=plugins) as client:
+                open_remoting_client(plugins=plugins, credentials=config.acl.credentials(),
+                                     source_host=own_loopback(node.listen)) as client:
             replication = plugins.replication(config.replication.mode, node, config, store)
             if replication is None:
                 raise ConfigError(f"no plugin provides replication.mode = {config.replication.mode!r} "

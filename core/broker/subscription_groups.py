@@ -15,13 +15,13 @@ declared to consume, as with RocketMQ's autoCreateSubscriptionGroup.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.broker.change_journal import ChangeJournal
 from core.broker.persist import load_json
+from core.clock import now_ms
 from core.topic_names import group_problem
 
 GROUPS_MAX = 100_000
@@ -100,7 +100,7 @@ class SubscriptionGroupTable:
 
     def wrapper(self) -> dict[str, Any]:
         return {"subscriptionGroupTable": {n: g.to_json() for n, g in sorted(self.groups.items())},
-                "dataVersion": {"timestamp": int(time.time() * 1000), "counter": self.version}}
+                "dataVersion": {"timestamp": now_ms(), "counter": self.version}}
 
     def _changed(self, line: dict[str, Any]) -> None:
         self.version += 1

@@ -4,7 +4,6 @@ topic name validation."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from core.broker.change_journal import ChangeJournal
 from core.broker.persist import load_json
+from core.clock import now_ms
 from core.topic_names import (
     AUTO_CREATE_TOPIC,
     DLQ_PREFIX,
@@ -104,7 +104,7 @@ class TopicTable:
         self.auto_create = auto_create
         self.default_queue_nums = default_queue_nums
         self.topics: dict[str, TopicConfig] = {}
-        self.version = {"counter": 0, "timestamp": int(time.time() * 1000)}
+        self.version = {"counter": 0, "timestamp": now_ms()}
         # what changed since the last registration: topic -> deleted (core/broker/registration.py)
         self.unregistered: dict[str, bool] = {}
         doc = load_json(path)
@@ -179,7 +179,7 @@ class TopicTable:
         return True
 
     def _changed(self, name: str, line: dict[str, Any]) -> None:
-        self.version = {"counter": int(self.version.get("counter", 0)) + 1, "timestamp": int(time.time() * 1000)}
+        self.version = {"counter": int(self.version.get("counter", 0)) + 1, "timestamp": now_ms()}
         self.unregistered[name] = "delete" in line or self.unregistered.get(name, False)
         self.journal.record({**line, "dataVersion": self.version}, len(self.topics), self.wrapper)
 

@@ -36,13 +36,13 @@ from core.broker.transactions import (
     op_record,
     to_half,
 )
+from core.clock import now_ms as wall_clock_ms
 from core.config import BrokerSettings
 from core.errors import RemotingError, StoreError
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
 from core.store.message_store import MessageStore
-from core.store.message_store import now_ms as wall_clock_ms
 from core.store.store_types import PutResult
 from core.topic_names import TRANS_HALF_TOPIC, TRANS_OP_TOPIC
 from formats.consume_queue import CQEntry

@@ -7,6 +7,8 @@ store's or the replication strategy's own settings.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from core.broker.replication import Replicated, Replication
 from core.remoting.codes import ResponseCode
 from core.store.message_store import MessageStore
@@ -16,9 +18,9 @@ from formats.record_batch import RecordBatch
 
 LOST_LEADERSHIP_REMARK = ("the broker stopped leading its raft group before the message committed "
                           "(it may still be stored): send again, to the new leader")
-_REPLICATED_CODES = {Replicated.OK: ResponseCode.SUCCESS, Replicated.TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                     Replicated.NO_REPLICA: ResponseCode.SLAVE_NOT_AVAILABLE,
-                     Replicated.LOST_LEADERSHIP: ResponseCode.SERVICE_NOT_AVAILABLE}
+_REPLICATED_CODES = MappingProxyType({
+    Replicated.OK: ResponseCode.SUCCESS, Replicated.TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    Replicated.NO_REPLICA: ResponseCode.SLAVE_NOT_AVAILABLE, Replicated.LOST_LEADERSHIP: ResponseCode.SERVICE_NOT_AVAILABLE})
 
 
 class WritePath:

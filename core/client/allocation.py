@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from core.client.route import MessageQueue
 
@@ -54,4 +55,5 @@ def allocate_consistent_hash(queues: list[MessageQueue], members: list[str], me:
     return mine
 
 
-ALLOCATORS: dict[str, Allocator] = {"average": allocate_average, "consistent-hash": allocate_consistent_hash}
+ALLOCATORS: Mapping[str, Allocator] = MappingProxyType({"average": allocate_average,
+                                                       "consistent-hash": allocate_consistent_hash})

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from core.client.queue_locking import LOCK_RENEW_S, HeldLocks, lock_queues, unlo
 from core.client.route import MessageQueue
 from core.client.runtime import ClientError, ClientRuntime
 from core.client.subscription_data import subscription_data
+from core.clock import now_ms
 from core.errors import RemotingError
 from core.filter.expression_types import SQL92, TAG
 from core.remoting.codes import RequestCode, ResponseCode
@@ -155,7 +155,7 @@ class PushConsumer:
         else:
             self.subscriptions[topic] = expression or "*"
         self.expression_types[topic] = SQL92 if sql else TAG
-        self._sub_version = int(time.time() * 1000)
+        self._sub_version = now_ms()
 
     def heartbeat_data(self) -> dict[str, Any]:
         subs = [subscription_data(topic, expression, self.expression_types.get(topic, TAG), self._sub_version)
@@ -183,7 +183,7 @@ class PushConsumer:
             raise ClientError("subscribe to a topic first")
         self.runtime.consumers[self.group] = self
         self.runtime.route_listeners.append(self._route_changed)
-        self._started_ms = int(time.time() * 1000)
+        self._started_ms = now_ms()
         for topic in self.subscriptions:
             await self.runtime.route(topic)
         await self._check_subscriptions()

@@ -4,7 +4,6 @@ topics, batches, and zstd compression of large bodies with RocketMQ 5's sysflag 
 from __future__ import annotations
 
 import logging
-import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from core.client.route import MessageQueue, TopicRoute
 from core.client.runtime import ClientError, ClientRuntime
 from core.client.selection import QueueSelector, RoundRobinSelector
 from core.client.send_attempts import SEND_STATUS, SendAttempts, Verdict
+from core.clock import now_ms
 from core.errors import RemotingError
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
@@ -69,7 +69,7 @@ def select_by_hash(queues: list[MessageQueue], msg: Message, arg: Any) -> Messag
 def send_request(group: str, topic: str, queue_id: int, body: bytes, sysflag: int, flag: int,
                  props: dict[str, str], *, born_ms: int | None = None, batch: bool = False) -> RemotingCommand:
     """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) with its short header names, as stock clients send it."""
-    born_ms = int(time.time() * 1000) if born_ms is None else born_ms
+    born_ms = now_ms() if born_ms is None else born_ms
     ext = {"a": group, "b": topic, "c": AUTO_CREATE_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
            "e": str(queue_id), "f": str(sysflag), "g": str(born_ms), "h": str(flag),
            "i": encode_properties(props), "j": "0", "k": "false", "m": "true" if batch else "false"}
@@ -338,7 +338,7 @@ class Producer:
             props.pop(WAIT, None)
         else:
             props.setdefault(WAIT, "true")
-        props[UNIQ_KEY] = self._ids.next()
+        props[UNIQ_KEY] = self._ids.next(now_ms())
         return props
 
     async def _route(self, topic: str) -> tuple[TopicRoute, bool]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from core.config import MASTER_ID
+from core.node_specs import MASTER_ID
 from core.topic_names import QUEUE_NUMS_MAX
 
 PERM_READ = 4

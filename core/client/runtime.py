@@ -14,10 +14,11 @@ from typing import Any, Protocol
 import orjson
 import trio
 
+from core.addresses import split_address
 from core.client.route import MessageQueue, TopicRoute, parse_route
 from core.errors import RemotingError
 from core.nursery import open_unwrapped_nursery
-from core.remoting.client import RemotingClient, outgoing_host, split_address
+from core.remoting.client import RemotingClient
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -54,14 +55,14 @@ class ClientError(Exception):
 
 class ClientRuntime:
     def __init__(self, nursery: trio.Nursery, namesrv: list[str], *, instance: str = "DEFAULT",
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, source_host: str | None = None) -> None:
         if not namesrv:
             raise ClientError("no name server address given")
         self.nursery = nursery
         self.namesrv = list(namesrv)
-        self.local_ip = local_ip_towards(self.namesrv[0])
+        self.local_ip = source_host or local_ip_towards(self.namesrv[0])
         self.client_id = f"{self.local_ip}@{os.getpid()}#{instance}#{time.time_ns()}"
-        self.remoting = RemotingClient(nursery, self, credentials=credentials)
+        self.remoting = RemotingClient(nursery, self, credentials=credentials, source_host=source_host)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         # called with a topic whose route changed (None: the topic is gone): consumers rebalance
         self.route_listeners: list[Callable[[str, TopicRoute | None], None]] = []
@@ -214,10 +215,8 @@ def local_ip_towards(address: str) -> str:
     (a UDP socket's connect sends nothing), so message ids and the client id carry the client
     host's address on whatever network it shares with the name server, 127.0.0.1 on loopback.
     (RocketMQ takes the first site-local address of any interface, which on a host with several
-    networks may be one the brokers never see.)"""
-    chosen = outgoing_host()
-    if chosen:
-        return chosen
+    networks may be one the brokers never see.) A runtime given a ``source_host`` names itself
+    by that instead."""
     try:
         host, port = split_address(address)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -229,13 +228,14 @@ def local_ip_towards(address: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_client(namesrv: list[str], *, instance: str = "DEFAULT",
-                      credentials: Credentials | None = None) -> AsyncIterator[ClientRuntime]:
+async def open_client(namesrv: list[str], *, instance: str = "DEFAULT", credentials: Credentials | None = None,
+                      source_host: str | None = None) -> AsyncIterator[ClientRuntime]:
     """A client runtime with its background tasks; shut down cleanly on exit. With
-    ``credentials`` (else the process's, :func:`core.remoting.signing.use_credentials`) every
-    request is signed for an ACL-enabled broker."""
+    ``credentials`` every request is signed for an ACL-enabled broker; with ``source_host``
+    every connection starts from that local address."""
     async with open_unwrapped_nursery() as nursery:
-        runtime = ClientRuntime(nursery, namesrv, instance=instance, credentials=credentials)
+        runtime = ClientRuntime(nursery, namesrv, instance=instance, credentials=credentials,
+                                source_host=source_host)
         nursery.start_soon(runtime.heartbeat_loop)
         nursery.start_soon(runtime.route_refresh_loop)
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+from types import MappingProxyType
 
 from core.errors import SelectorEvalError
 
@@ -40,8 +41,8 @@ _JAVA_INTEGER = re.compile(r"[+-]?\d+")
 # Java's FloatingDecimal after String.trim(): ASCII digits only, an optional f/F/d/D suffix.
 _JAVA_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[fFdD]?", re.ASCII)
 _JAVA_HEX = re.compile(r"([+-]?)0[xX]((?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?\d+)[fFdD]?", re.ASCII)
-_JAVA_SPECIAL = {"NaN": math.nan, "+NaN": math.nan, "-NaN": math.nan, "Infinity": math.inf,
-                 "+Infinity": math.inf, "-Infinity": -math.inf}
+_JAVA_SPECIAL = MappingProxyType({"NaN": math.nan, "+NaN": math.nan, "-NaN": math.nan, "Infinity": math.inf,
+                 "+Infinity": math.inf, "-Infinity": -math.inf})
 
 
 def java_integer(text: str, low: int = INT_MIN, high: int = INT_MAX) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import lru_cache
+from types import MappingProxyType
 
 from core.errors import SelectorEvalError, SelectorSyntaxError
 from core.filter.java_values import Value, compare, java_double, java_equals
@@ -191,8 +192,8 @@ def _property_is(name: str, text: str) -> Eval:
     return evaluate
 
 
-_ORDER_TESTS: dict[str, Callable[[int], bool]] = {
-    "<": lambda c: c < 0, "<=": lambda c: c <= 0, ">": lambda c: c > 0, ">=": lambda c: c >= 0}
+_ORDER_TESTS: Mapping[str, Callable[[int], bool]] = MappingProxyType({
+    "<": lambda c: c < 0, "<=": lambda c: c <= 0, ">": lambda c: c > 0, ">=": lambda c: c >= 0})
 
 
 def _order(op: str, left: Eval, right: Eval) -> Eval:

@@ -10,7 +10,9 @@ labels every metric with its cluster and node id).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 Kind = Literal["counter", "gauge", "histogram"]
@@ -118,7 +120,7 @@ _SPECS = (
     MetricSpec("rocketmq_proxy_grpc_clients", "gauge", "RocketMQ 5 clients (client ids) the gRPC door serves", (), PROXY),
 )
 
-CATALOGUE: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
+CATALOGUE: Mapping[str, MetricSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
 # exported by prometheus_client's process collector on every node, beside the catalogue
 PROCESS_METRICS = ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
                    "process_start_time_seconds", "process_open_fds", "process_max_fds")

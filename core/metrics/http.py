@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import MappingProxyType
 
 import trio
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
+
+from core.addresses import join_address, split_address
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +35,10 @@ async def serve_node_metrics(registry: CollectorRegistry, listen: str, written_t
                              task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """:func:`serve_metrics` on ``listen`` (host:port, port 0: a free one); the address served
     is written to ``written_to`` while serving and reported."""
-    host, _, port = listen.rpartition(":")
+    host, port = split_address(listen)
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(serve_metrics, registry, host, int(port))
-        address = f"{host}:{bound}"
+        bound = await nursery.start(serve_metrics, registry, host, port)
+        address = join_address(host, bound)
         written_to.parent.mkdir(parents=True, exist_ok=True)
         written_to.write_text(address + "\n")
         log.info("metrics at http://%s/metrics", address)
@@ -108,7 +111,8 @@ async def _serve_connection(stream: trio.SocketStream, registry: CollectorRegist
             return
 
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large"}
+_REASONS = MappingProxyType({200: "OK", 404: "Not Found", 405: "Method Not Allowed",
+                             431: "Request Header Fields Too Large"})
 
 
 def _response(status: int, body: bytes, *, content_type: str = "text/plain; charset=utf-8", close: bool = False,

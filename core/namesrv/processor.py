@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import time
 import zlib
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from core.clock import now_ms
 from core.namesrv.kv_config import KVConfig
 from core.namesrv.route_table import RouteTable
 from core.remoting.codes import RequestCode, ResponseCode
@@ -18,10 +18,6 @@ from core.remoting.connection import Connection
 from core.topic_names import queue_nums_problem, shown, topic_problem
 
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def json_body(doc: object) -> bytes:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.config import MASTER_ID
+from core.node_specs import MASTER_ID
 
 
 @dataclass(slots=True)

@@ -7,16 +7,18 @@ from pathlib import Path
 
 import trio
 
-from core.config import Config, NameServerNode, metrics_listen
+from core.addresses import split_address
+from core.clock import now_ms
+from core.config import Config
 from core.errors import CoreError
 from core.metrics.counters import answer_latency
 from core.metrics.exposition import node_registry
 from core.metrics.http import address_file, serve_node_metrics
 from core.namesrv.kv_config import KVConfig
 from core.namesrv.metrics import fill_nameserver
-from core.namesrv.processor import NameServerProcessor, now_ms
+from core.namesrv.processor import NameServerProcessor
+from core.node_specs import NameServerNode, metrics_listen
 from core.plugin_manager import PluginHost
-from core.remoting.client import split_address
 from core.remoting.server import serve_remoting
 
 log = logging.getLogger(__name__)

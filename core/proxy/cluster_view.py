@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 import trio
 
-from core.config import MASTER_ID
 from core.errors import RemotingError
+from core.node_specs import MASTER_ID
 from core.remoting.client import RemotingClient
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand

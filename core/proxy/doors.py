@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from core.config import MASTER_ID, Config, ProxyNode
+from core.config import Config
+from core.node_specs import MASTER_ID, ProxyNode
 
 _JSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 

@@ -20,16 +20,18 @@ the member: suggest id 0; records name the group's door as their store host).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
+from types import MappingProxyType
 
 import trio
 
+from core.addresses import split_address
 from core.errors import RemotingError
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
 from core.proxy.session import ClientSession, copy_request, copy_response
-from core.remoting.client import RemotingClient, split_address
+from core.remoting.client import RemotingClient
 from core.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Outcome
@@ -56,8 +58,9 @@ EVERY_MEMBER = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT}
 ROUTING = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO})
 
 # requests a broker may hold (long polling): the field naming for how long, and its default
-LONG_POLLS: dict[int, tuple[str, int]] = {RequestCode.PULL_MESSAGE: ("suspendTimeoutMillis", 15_000), RequestCode.POP_MESSAGE: ("pollTime", 0),
-              RequestCode.NOTIFICATION: ("pollTime", 0)}
+LONG_POLLS: Mapping[int, tuple[str, int]] = MappingProxyType({
+    RequestCode.PULL_MESSAGE: ("suspendTimeoutMillis", 15_000), RequestCode.POP_MESSAGE: ("pollTime", 0),
+    RequestCode.NOTIFICATION: ("pollTime", 0)})
 REQUEST_TIMEOUT_S = 5.0
 PULL_EXTRA_S = 5.0  # beyond a long poll's suspend time
 NAMESRV_TIMEOUT_S = 3.0

@@ -10,9 +10,11 @@ from collections.abc import Callable
 import trio
 
 from core.acl.file import AclFile, keep_acl_current
-from core.config import Config, ProxyNode, metrics_listen
+from core.addresses import own_loopback, split_address
+from core.config import Config
 from core.metrics.exposition import node_registry
 from core.metrics.http import address_file, serve_node_metrics
+from core.node_specs import ProxyNode, metrics_listen
 from core.plugin_manager import PluginHost
 from core.proxy.cluster_view import ClusterView
 from core.proxy.doors import Doors
@@ -23,7 +25,7 @@ from core.proxy.grpc.service import MessagingService
 from core.proxy.meters import ProxyMeters
 from core.proxy.metrics import ProxyParts, fill_proxy
 from core.proxy.remoting.door import RemotingDoor
-from core.remoting.client import open_remoting_client, split_address
+from core.remoting.client import open_remoting_client
 from core.remoting.server import serve_remoting
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,9 @@ async def serve_proxy(
 ) -> None:
     """Run proxy ``node`` until cancelled; reports its own port once every door listens."""
     doors = Doors(config, node)
-    async with open_remoting_client(plugins=plugins) as client, trio.open_nursery() as nursery:
+    source_host = own_loopback(node.listen)  # a proxy on 127.0.0.12 calls from there too
+    async with open_remoting_client(plugins=plugins, credentials=config.acl.credentials(),
+                                    source_host=source_host) as client, trio.open_nursery() as nursery:
         view = ClusterView(client, config.namesrv_addresses)
         await nursery.start(view.run)
         acl = AclFile(config.acl_file) if config.acl.enabled else None
@@ -48,7 +52,7 @@ async def serve_proxy(
         if acl is not None:
             nursery.start_soon(keep_acl_current, acl)
         if node.grpc_listen:
-            clients = GrpcClients(nursery, config.proxy)
+            clients = GrpcClients(nursery, config.proxy, source_host=source_host)
             nursery.start_soon(clients.expire_silent)
             service = MessagingService(forwarder, clients, config.proxy, acl, nursery)
             service.meters = meters
@@ -58,7 +62,8 @@ async def serve_proxy(
                 service, node.grpc_listen, connections_max=config.broker.limits.connections_max,
                 task_status=task_status))
             log.info("proxy %s: RocketMQ 5 clients (gRPC) on %s, port %d", node.name, node.grpc_listen, got)
-        front = RemotingDoor(nursery, forwarder, acl=acl, more_counters=more_counters, meters=meters)
+        front = RemotingDoor(nursery, forwarder, acl=acl, more_counters=more_counters, meters=meters,
+                             source_host=source_host)
         listeners: list[tuple[str | None, str]] = [(None, node.listen), *doors.listens.items()]
         bound = 0
         for group, listen in listeners:

@@ -64,12 +64,12 @@ class ClientSession:
     """The upstream side of one client connection."""
 
     def __init__(self, nursery: trio.Nursery, relay: Processor, credentials: Credentials | None = None, *,
-                 passes_frames: bool = False) -> None:
+                 passes_frames: bool = False, source_host: str | None = None) -> None:
         """``relay`` answers the brokers' requests to the client; ``credentials`` sign what is
         sent upstream (None: requests go as they came, a 4.x client's own signature kept);
-        ``passes_frames``: answers keep their frames, to go down as they came (a 4.x client's)."""
-        self._client = RemotingClient(nursery, relay, credentials=credentials)
-        self._client.credentials = credentials
+        ``passes_frames``: answers keep their frames, to go down as they came (a 4.x client's);
+        ``source_host``: the proxy's own local address, where upstream connections start."""
+        self._client = RemotingClient(nursery, relay, credentials=credentials, source_host=source_host)
         self._client.keep_frames = self.passes_frames = passes_frames and credentials is None
         self._credentials = credentials
         self._upstreams: dict[str, Connection] = {}

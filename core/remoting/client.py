@@ -7,44 +7,30 @@ from collections.abc import AsyncIterator
 
 import trio
 
+from core.addresses import split_address
 from core.errors import ConnectionClosedError, RemotingConnectError
 from core.nursery import open_unwrapped_nursery
 from core.remoting.command import FRAME_SIZE_MAX_DEFAULT, RemotingCommand
 from core.remoting.connection import Connection, Processor, RpcHooks
-from core.remoting.signing import Credentials, process_credentials, sign
+from core.remoting.signing import Credentials, sign
 
 CONNECT_TIMEOUT_S = 3.0
 
-_source_host: str | None = None  # where this process's outgoing connections start (None: any)
-
-
-def connect_from(host: str | None) -> None:
-    """Open this process's outgoing connections from ``host``: a node listening on its own
-    loopback address (127.0.0.12, say) is then recognisable by that address to every peer it
-    calls, which is how `mqctl chaos` partitions chosen nodes."""
-    global _source_host
-    _source_host = host
-
-
-def outgoing_host() -> str | None:
-    """The ``local_address`` for outgoing connections (None: the system's choice)."""
-    return _source_host
-
-
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 class RemotingClient:
-    """Calls to many peers; server-initiated requests go to ``processor``."""
+    """Calls to many peers; server-initiated requests go to ``processor``.
+
+    With ``credentials`` every request is signed for an ACL-enabled broker (name servers ignore
+    the signature). With ``source_host`` every connection starts from that local address: a
+    node listening on a loopback address of its own (127.0.0.12, say) is then recognisable by
+    it to every peer it calls, which is how `mqctl chaos` partitions chosen nodes."""
 
     def __init__(self, nursery: trio.Nursery, processor: Processor | None = None, *,
                  plugins: RpcHooks | None = None, frame_size_max: int = FRAME_SIZE_MAX_DEFAULT,
-                 connect_timeout_s: float = CONNECT_TIMEOUT_S, credentials: Credentials | None = None) -> None:
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S, credentials: Credentials | None = None,
+                 source_host: str | None = None) -> None:
         self._nursery = nursery
-        # requests are signed for an ACL-enabled broker (name servers ignore the signature)
-        self.credentials = credentials or process_credentials()
+        self.credentials = credentials
+        self.source_host = source_host
         self._processor = processor
         self._plugins = plugins
         self._frame_size_max = frame_size_max
@@ -70,7 +56,7 @@ class RemotingClient:
             host, port = split_address(address)
             try:
                 with trio.fail_after(self._connect_timeout_s):
-                    stream = await trio.open_tcp_stream(host, port, local_address=_source_host)
+                    stream = await trio.open_tcp_stream(host, port, local_address=self.source_host)
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
             conn = Connection(stream, self._processor, remote=address, frame_size_max=self._frame_size_max,
@@ -113,4 +99,4 @@ async def open_remoting_client(processor: Processor | None = None, **kwargs: obj
             client.close()
 
 
-__all__ = ["ConnectionClosedError", "RemotingClient", "open_remoting_client", "split_address"]
+__all__ = ["ConnectionClosedError", "RemotingClient", "open_remoting_client"]

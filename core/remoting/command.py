@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import orjson
 
@@ -36,8 +37,8 @@ _FRAME_HEAD = struct.Struct(">ii")
 _BIN_FIXED = struct.Struct(">hbhii")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_STR_ONLY = {str}
-_LANGUAGE_NAMES = {code.value: code.name for code in LanguageCode}
+_STR_ONLY = frozenset({str})
+_LANGUAGE_NAMES = MappingProxyType({code.value: code.name for code in LanguageCode})
 
 
 class FrameError(Exception):

@@ -19,7 +19,6 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from core.config import Config
 from core.remoting.command import RemotingCommand
 
 ACCESS_KEY = "AccessKey"
@@ -34,26 +33,6 @@ class Credentials:
 
     def __repr__(self) -> str:  # keep the secret out of logs
         return f"Credentials(access_key={self.access_key!r})"
-
-
-_process_credentials: Credentials | None = None
-
-
-def use_credentials(credentials: Credentials | None) -> None:
-    """Sign every request this process sends from now on (a node or mqctl with ``[acl]`` keys);
-    clients given their own credentials use those."""
-    global _process_credentials
-    _process_credentials = credentials
-
-
-def process_credentials() -> Credentials | None:
-    return _process_credentials
-
-
-def acl_credentials(config: Config) -> Credentials | None:
-    """The keys a config's ``[acl]`` section gives its nodes and mqctl, if any."""
-    acl = config.acl
-    return Credentials(acl.access_key, acl.secret_key) if acl.access_key else None
 
 
 def signed_content(ext_fields: dict[str, str], body: bytes) -> bytes:

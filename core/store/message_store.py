@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Iterator
 from itertools import repeat
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import cast
 
 import trio
 
+from core.clock import Clock, now_ms
 from core.config import StoreConfig
 from core.errors import (
     DiskFullError,
@@ -80,10 +80,6 @@ def holds_unsealed_raft(root: Path) -> bool:
     return (root / RAFT_STATE_DIR / RAFT_BASE_FILE).exists() and not (root / LOG_FLOOR_FILE).exists()
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
     """The store under ``root`` (``data_dir/<node>``)."""
 
@@ -94,8 +90,10 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         plugins: StoreHooks | None = None,
         *,
         archive_dir: Path | None = None,
+        clock: Clock = now_ms,
     ) -> None:
         self.root = root
+        self.clock = clock  # stamps every record's store time
         self.config = config
         self.plugins = plugins
         self.archive_dir = archive_dir or root.parent / "archive" / root.name
@@ -218,7 +216,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         cq, queue_offset = self._claim_queue(rec.topic, rec.queue_id, rec.sysflag, 1)
         keys = index_keys(rec.properties) if self._index_enabled else None
         reserved = self._reserve_index_entries(len(keys)) if keys else 0
-        stamp = now_ms()
+        stamp = self.clock()
         try:
             (phys,) = self.log.write_records((rec,), (prep,), (queue_offset,), stamp)
         except BaseException:
@@ -246,7 +244,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
         count = len(records)
         cq, queue_offset = self._claim_queue(first.topic, first.queue_id, first.sysflag, count)
         reserved = self._reserve_index_entries(sum(map(len, keys))) if keys is not None else 0
-        stamp = now_ms()
+        stamp = self.clock()
         qos = range(queue_offset, queue_offset + count) if cq is not None else (0,) * count
         try:
             offsets = self.log.write_records(records, preps, qos, stamp)
@@ -276,7 +274,7 @@ class MessageStore(StoreReads, StoreUpkeep, GroupCommit, ReplicaLog):
             if uniq_keys is None:
                 keys = batch.index_keys()
             reserved = self._reserve_index_entries(len(uniq_keys) if uniq_keys is not None else sum(map(len, keys or ())))
-        stamp = now_ms()
+        stamp = self.clock()
         queue_offsets = range(queue_offset, queue_offset + count) if cq is not None else [0] * count
         try:
             self.log.write_batch(batch, offsets, queue_offsets, stamp)
@@ -471,10 +469,10 @@ async def open_message_store(
 
 
 @contextlib.contextmanager
-def opened_store(root: Path, config: StoreConfig) -> Iterator[MessageStore]:
+def opened_store(root: Path, config: StoreConfig, *, clock: Clock = now_ms) -> Iterator[MessageStore]:
     """A recovered store for synchronous tools (no background tasks); closed without flushing
     the CommitLog beyond what recovery did. For tests and offline repair."""
-    store = MessageStore(root, config)
+    store = MessageStore(root, config, clock=clock)
     store.open()
     try:
         yield store

@@ -26,7 +26,7 @@ def cluster_list(ctx: typer.Context, as_json: JsonOutput = False) -> None:
         for name in names:
             data = info["brokerAddrTable"].get(name, {})
             for broker_id, addr in sorted(data.get("brokerAddrs", {}).items(), key=lambda kv: int(kv[0])):
-                runtime = trio.run(probe.runtime_info, addr) or {}
+                runtime = trio.run(lambda: probe.runtime_info(addr, credentials=config.acl.credentials())) or {}
                 rows.append({"cluster": cluster, "broker": name, "id": int(broker_id), "address": addr,
                              "role": "master" if broker_id == "0" else "slave",
                              "max_offset": int(runtime.get("commitLogMaxOffset", 0)) if runtime else None})

@@ -15,8 +15,9 @@ import os
 import tempfile
 import tomllib
 import typing
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any
 
 import tomlkit
@@ -34,18 +35,18 @@ config_app = typer.Typer(help="Read and edit the cluster's conf.toml, keeping it
 RESTART_HINT = "restart the nodes to apply: mqctl restart"
 
 # Values conf.toml accepts but this version cannot run yet; remove an entry once it ships.
-NOT_YET_AVAILABLE: dict[tuple[str, str, object], str] = {}
+NOT_YET_AVAILABLE: Mapping[tuple[str, str, object], str] = MappingProxyType({})
 
 _TRUE = ("true", "yes", "1")
 _FALSE = ("false", "no", "0")
 
 
-def _config_parts() -> tuple[dict[str, type], list[str]]:
+def _config_parts() -> tuple[Mapping[str, type], tuple[str, ...]]:
     """The plain tables of ``Config`` (name -> settings dataclass) and its arrays of tables."""
     hints = typing.get_type_hints(Config)
     tables = {f.name: hints[f.name] for f in dataclasses.fields(Config) if dataclasses.is_dataclass(hints[f.name])}
-    arrays = [f.name for f in dataclasses.fields(Config) if typing.get_origin(hints[f.name]) is tuple]
-    return tables, arrays
+    arrays = tuple(f.name for f in dataclasses.fields(Config) if typing.get_origin(hints[f.name]) is tuple)
+    return MappingProxyType(tables), arrays
 
 
 SECTIONS, ARRAYS = _config_parts()

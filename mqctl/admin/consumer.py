@@ -58,7 +58,8 @@ def _topic_masters(config: Config, topic: str) -> dict[str, str]:
     return masters
 
 
-def _ask_each(masters: dict[str, str], make: Callable[[str], RemotingCommand]) -> dict[str, RemotingCommand | str]:
+def _ask_each(config: Config, masters: dict[str, str],
+              make: Callable[[str], RemotingCommand]) -> dict[str, RemotingCommand | str]:
     """``make(broker name)`` sent to each master at once: its response, or why there is none."""
     async def run() -> dict[str, RemotingCommand | str]:
         answers: dict[str, RemotingCommand | str] = {}
@@ -69,7 +70,9 @@ def _ask_each(masters: dict[str, str], make: Callable[[str], RemotingCommand]) -
             except RemotingError as exc:
                 answers[name] = f"broker {name} ({addr}) did not answer: {exc}"
 
-        async with open_remoting_client(connect_timeout_s=CALL_TIMEOUT_S) as client, trio.open_nursery() as nursery:
+        credentials = config.acl.credentials()
+        async with open_remoting_client(connect_timeout_s=CALL_TIMEOUT_S, credentials=credentials) as client, \
+                trio.open_nursery() as nursery:
             for name, addr in masters.items():
                 nursery.start_soon(one, client, name, addr)
         return dict(sorted(answers.items()))
@@ -123,7 +126,7 @@ def progress(ctx: typer.Context, group: Annotated[str, typer.Argument(help="Cons
 
     Per queue: broker offset, committed consumer offset, lag and the last consumed message's time."""
     config = load(ctx)
-    answers = _ask_each(_masters(config), lambda _: RemotingCommand(
+    answers = _ask_each(config, _masters(config), lambda _: RemotingCommand(
         code=RequestCode.GET_CONSUME_STATS, ext_fields={"consumerGroup": group}))
 
     tables = _answered(answers, _offset_table, f"no broker answered for consumer group {group}")
@@ -165,7 +168,7 @@ def reset_offset(
     else:
         stamp = TO_BEGINNING if to_beginning else TO_END
     config = load(ctx)
-    answers = _ask_each(_topic_masters(config, topic), lambda _: RemotingCommand(
+    answers = _ask_each(config, _topic_masters(config, topic), lambda _: RemotingCommand(
         code=RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
         ext_fields={"topic": topic, "group": group, "timestamp": str(stamp), "isForce": "true"}))
 
@@ -189,7 +192,7 @@ def list_members(ctx: typer.Context, group: Annotated[str, typer.Argument(help="
                  as_json: JsonOutput = False) -> None:
     """The group's online members, their subscriptions, message model and consume type."""
     config = load(ctx)
-    answers = _ask_each(_masters(config), lambda _: RemotingCommand(
+    answers = _ask_each(config, _masters(config), lambda _: RemotingCommand(
         code=RequestCode.GET_CONSUMER_CONNECTION_LIST, ext_fields={"consumerGroup": group}))
 
     bodies, problems = {}, []

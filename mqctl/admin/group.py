@@ -44,7 +44,7 @@ def _to_every_member(config: Config, make: RemotingCommand) -> list[dict[str, An
     rows = []
     for name, bid, addr in _members(config):
         try:
-            resp = trio.run(probe.call, addr, make)
+            resp = trio.run(lambda: probe.call(addr, make, credentials=config.acl.credentials()))
             result = "ok" if resp.code == ResponseCode.SUCCESS else (resp.remark or f"code {resp.code}")
         except RemotingError as exc:
             result = f"no answer: {exc}"
@@ -87,7 +87,8 @@ def list_groups(ctx: typer.Context, as_json: JsonOutput = False) -> None:
         if name in seen:
             continue
         try:
-            resp = trio.run(probe.call, addr, RemotingCommand(code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+            resp = trio.run(lambda: probe.call(addr, RemotingCommand(code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG),
+                                               credentials=config.acl.credentials()))
         except RemotingError:
             continue
         if resp.code == ResponseCode.SUCCESS:

@@ -50,7 +50,7 @@ def transfer(
         assert leader_node is not None
         cmd = RemotingCommand(code=RequestCode.TRANSFER_LEADERSHIP, ext_fields={"target": node})
         try:
-            resp = trio.run(probe.call, leader_node.listen, cmd)
+            resp = trio.run(lambda: probe.call(leader_node.listen, cmd, credentials=config.acl.credentials()))
         except RemotingError as exc:
             raise CliError(f"leader {current} did not answer: {exc}") from exc
         if resp.code != ResponseCode.SUCCESS:

@@ -91,7 +91,7 @@ def query(
         raise CliError(f"{config.source} lists no name servers")
 
     async def run() -> list[MessageRecord]:
-        async with open_client(namesrv_addresses(config)) as client:
+        async with open_client(namesrv_addresses(config), credentials=config.acl.credentials()) as client:
             if key is not None:
                 assert topic is not None
                 found = await query_messages(client, topic, key, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms)

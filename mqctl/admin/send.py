@@ -72,7 +72,7 @@ def send(
 
     async def run() -> int:
         failed = 0
-        async with open_client(namesrv_addresses(config, proxy)) as client:
+        async with open_client(namesrv_addresses(config, proxy), credentials=config.acl.credentials()) as client:
             producer = Producer(client, group, retries=retries, timeout_s=timeout,
                                 retry_another_broker_when_not_store_ok=retry_not_store_ok,
                                 selector=queue_selector(latency_fault))

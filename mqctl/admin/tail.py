@@ -82,7 +82,7 @@ def tail(
 
         private = group is None
         name = group or f"mqctl-tail-{trio.lowlevel.current_root_task().__hash__() & 0xFFFFFF:x}"
-        async with open_client(namesrv_addresses(config, proxy)) as client:
+        async with open_client(namesrv_addresses(config, proxy), credentials=config.acl.credentials()) as client:
             route = await client.route(topic)
             if route is None:
                 raise CliError(f"topic {topic} does not exist (no route on the name servers)")

@@ -49,7 +49,8 @@ def create(
         if master is None:
             rows.append({"broker": name, "result": "no master"})
             continue
-        resp = trio.run(probe.call, master, create_topic_request(topic, queues, perm))
+        resp = trio.run(lambda: probe.call(master, create_topic_request(topic, queues, perm),
+                                           credentials=config.acl.credentials()))
         rows.append({"broker": name, "result": "ok" if resp.code == ResponseCode.SUCCESS else resp.remark})
     if not rows:
         raise CliError("no broker to create the topic on")

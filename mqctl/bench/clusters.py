@@ -21,7 +21,7 @@ from mqctl.common import probe
 from mqctl.common.errors import CliError
 from mqctl.nodes import replication_view
 from mqctl.nodes.commands import start_nodes
-from mqctl.nodes.port_holders import free_port
+from mqctl.nodes.port_holders import PortPicker
 from mqctl.nodes.processes import START_TIMEOUT_S, node_cpu_seconds, nodes_of, stop
 from mqctl.nodes.replication_view import SlaveLink
 
@@ -39,10 +39,12 @@ class BenchCluster:
     slave: str | None  # None for the single broker and a raft group
 
 
-def write_config(directory: Path, setup: str, *, metrics: bool = True) -> Path:
+def write_config(directory: Path, setup: str, *, metrics: bool = True, ports: PortPicker | None = None) -> Path:
     """``directory/conf.toml``: one name server and broker group ``bench`` (id 0; id 1 for a
     master-slave pair; ids 0-2 for a raft group) in replication mode ``setup``, data under
-    ``directory``; ``metrics``: whether the nodes serve (and count) metrics."""
+    ``directory``; ``metrics``: whether the nodes serve (and count) metrics; ``ports``: the
+    picker of the run (else one for this config)."""
+    free_port = (ports or PortPicker()).take
     if setup not in SETUPS:
         raise CliError(f"unknown setup {setup!r} (setups: {', '.join(SETUPS)})")
     ids = {"single": (0,), "dledger": (0, 1, 2)}.get(setup, (0, 1))

@@ -18,6 +18,7 @@ import typer
 
 from core.client.fault import FaultRow
 from core.client.producer import BATCH_MESSAGES_MAX
+from core.clock import now_ms
 from core.config import Config, StoreConfig
 from core.store.message_store import open_message_store
 from formats.msgid import UniqKeyGenerator
@@ -77,7 +78,7 @@ def make_records(count: int, body_size: int) -> list[MessageRecord]:
         MessageRecord(
             topic="BenchTopic", body=body, queue_id=i % 8, born_timestamp=1_700_000_000_000,
             born_host=("127.0.0.1", 50000), store_host=("127.0.0.1", 10911),
-            properties={"TAGS": "TagA", "UNIQ_KEY": ids.next(), "WAIT": "true"},
+            properties={"TAGS": "TagA", "UNIQ_KEY": ids.next(now_ms()), "WAIT": "true"},
         )
         for i in range(count)
     ]

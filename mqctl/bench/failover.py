@@ -28,7 +28,8 @@ import typer
 
 from core.client.producer import Message, Producer, SendError
 from core.client.runtime import open_client
-from core.config import BrokerNode, Config
+from core.config import Config
+from core.node_specs import BrokerNode
 from mqctl.common import probe
 from mqctl.common.context import load
 from mqctl.common.errors import CliError

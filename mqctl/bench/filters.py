@@ -17,8 +17,9 @@ CPU is per entry scanned, for each node of the cluster and for the client proces
 
 from __future__ import annotations
 
-import time
+from collections.abc import Mapping
 from statistics import median
+from types import MappingProxyType
 from typing import Any
 
 import trio
@@ -26,15 +27,16 @@ import trio
 from core.client.producer import Message, Producer
 from core.client.pull import SubscriptionRefusedError, check_subscription
 from core.client.runtime import open_client
+from core.clock import now_ms
 from core.config import Config
 from mqctl.bench.runs import machine, run_workers
 from mqctl.common.errors import CliError
 
-MODES: dict[str, tuple[str, str]] = {
+MODES: Mapping[str, tuple[str, str]] = MappingProxyType({
     "all": ("TAG", "*"),
     "tag": ("TAG", "T3"),
     "sql": ("SQL92", "region = 'eu' AND amount > 100"),
-}
+})
 ROUTE_WAIT_S = 60.0
 SENDERS = 64  # concurrent sends while filling the topic (auto-batched)
 
@@ -48,7 +50,7 @@ def mixed_message(topic: str, i: int, body: bytes) -> Message:
 
 
 def compare_filters(config: Config, messages: int, size: int, rounds: int, processes: int) -> dict[str, Any]:
-    topic = f"BenchFilter-{int(time.time() * 1000)}"
+    topic = f"BenchFilter-{now_ms()}"
     trio.run(_fill, config.namesrv_addresses, topic, messages, size)
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     order = list(MODES)

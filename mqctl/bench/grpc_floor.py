@@ -22,7 +22,7 @@ from mqctl.bench.runs import machine, run_workers
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput
 from mqctl.common.rmq5_client import client_env
-from mqctl.nodes.port_holders import free_port
+from mqctl.nodes.port_holders import PortPicker
 from mqctl.nodes.processes import cpu_seconds
 
 
@@ -35,7 +35,7 @@ def bench_grpc_floor(
 
     The gRPC door alone, with a service that does nothing: its CPU per call (the floor under
     every 5.x send and ack through the proxy) and the official client's rate against it."""
-    port = free_port()
+    port = PortPicker().take()
     door = subprocess.Popen([sys.executable, "-m", "mqctl.bench.noop_door", str(port)], stdout=subprocess.PIPE,
                             text=True)
     try:

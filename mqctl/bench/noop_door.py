@@ -16,8 +16,6 @@ from core.proxy.grpc.server import serve_grpc
 from core.proxy_settings import ProxySettings
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
-_OK = pb.Status(code=pb.OK)
-
 
 class NoopService:
     """The door's service, answering at once: routes to one broker, OK to everything else."""
@@ -26,6 +24,7 @@ class NoopService:
     acl = None
 
     def __init__(self) -> None:
+        self._ok = pb.Status(code=pb.OK)  # copied into each answer: made once, not per call
         self.query_route, self.heartbeat = self._route, self._heartbeat
         self.notify_client_termination = self._terminated
         self.producing = SimpleNamespace(send_message=self._send, recall_message=self._nothing,
@@ -34,27 +33,23 @@ class NoopService:
                                          forward_to_dead_letter_queue=self._nothing,
                                          change_invisible_duration=self._nothing, receive_message=self._nothing)
 
-    @staticmethod
-    async def _route(request: pb.QueryRouteRequest, caller: Caller) -> pb.QueryRouteResponse:
+    async def _route(self, request: pb.QueryRouteRequest, caller: Caller) -> pb.QueryRouteResponse:
         queues = [pb.MessageQueue(topic=request.topic, id=i, permission=pb.READ_WRITE,
                                   broker=pb.Broker(name="noop", id=0, endpoints=request.endpoints),
                                   accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION])
                   for i in range(4)]
-        return pb.QueryRouteResponse(status=_OK, message_queues=queues)
+        return pb.QueryRouteResponse(status=self._ok, message_queues=queues)
 
-    @staticmethod
-    async def _heartbeat(request: pb.HeartbeatRequest, caller: Caller) -> pb.HeartbeatResponse:
-        return pb.HeartbeatResponse(status=_OK)
+    async def _heartbeat(self, request: pb.HeartbeatRequest, caller: Caller) -> pb.HeartbeatResponse:
+        return pb.HeartbeatResponse(status=self._ok)
 
-    @staticmethod
-    async def _send(request: pb.SendMessageRequest, caller: Caller) -> pb.SendMessageResponse:
-        return pb.SendMessageResponse(status=_OK, entries=[
-            pb.SendResultEntry(status=_OK, message_id=m.system_properties.message_id, offset=1)
+    async def _send(self, request: pb.SendMessageRequest, caller: Caller) -> pb.SendMessageResponse:
+        return pb.SendMessageResponse(status=self._ok, entries=[
+            pb.SendResultEntry(status=self._ok, message_id=m.system_properties.message_id, offset=1)
             for m in request.messages])
 
-    @staticmethod
-    async def _terminated(request: Any, caller: Caller) -> pb.NotifyClientTerminationResponse:
-        return pb.NotifyClientTerminationResponse(status=_OK)
+    async def _terminated(self, request: Any, caller: Caller) -> pb.NotifyClientTerminationResponse:
+        return pb.NotifyClientTerminationResponse(status=self._ok)
 
     @staticmethod
     async def _nothing(request: Any, caller: Caller) -> None:
@@ -70,7 +65,7 @@ class NoopService:
         return None
 
     async def apply_settings(self, command: pb.TelemetryCommand, caller: Caller) -> pb.TelemetryCommand:
-        return pb.TelemetryCommand(status=_OK, settings=command.settings)
+        return pb.TelemetryCommand(status=self._ok, settings=command.settings)
 
 
 async def _serve(port: int) -> None:

@@ -26,9 +26,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import trio
 
+from core.addresses import shifted
 from core.config import Config, load_config
 from core.store.retention import disk_used_ratio
 from mqctl.chaos.fault_proxy import FaultProxy
@@ -37,7 +39,7 @@ from mqctl.nodes.commands import start_nodes
 from mqctl.nodes.processes import NodeSpec, nodes_of, running_pid, stop
 
 GROUP = "broker-a"
-MEMBERS = {"async": 2, "sync": 2, "dledger": 3}
+MEMBERS = MappingProxyType({"async": 2, "sync": 2, "dledger": 3})
 NAMESRV_HOST = "127.0.0.10"
 PROXY_HOST = "127.0.0.20"
 START_TIMEOUT_S = 60.0
@@ -275,8 +277,7 @@ class LoopbackCluster(DrillCluster):
             await nursery.start(proxy.serve, ns.advertise)
             self.namesrv_proxies.append(proxy)
         for m in self.members:
-            host, port = m.listen.rsplit(":", 1)
-            for listen, upstream in ((m.advertise, m.listen), (m.ha_advertise, f"{host}:{int(port) + 1}")):
+            for listen, upstream in ((m.advertise, m.listen), (m.ha_advertise, shifted(m.listen, 1))):
                 proxy = FaultProxy(upstream)
                 await nursery.start(proxy.serve, listen)
                 m.proxies.append(proxy)

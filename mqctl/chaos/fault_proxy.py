@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import trio
 
+from core.addresses import split_address
+
 CHUNK_BYTES = 64 * 1024
 CHUNKS_MAX = 256
 
@@ -40,14 +42,13 @@ class ProxyState:
 
 class FaultProxy:
     def __init__(self, upstream: str) -> None:
-        host, _, port = upstream.rpartition(":")
-        self.upstream = (host, int(port))
+        self.upstream = split_address(upstream)
         self.state = ProxyState()
         self._open: dict[trio.CancelScope, str] = {}  # per connection: its source address
 
     async def serve(self, listen: str, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        host, _, port = listen.rpartition(":")
-        listeners = await trio.open_tcp_listeners(int(port), host=host)
+        host, port = split_address(listen)
+        listeners = await trio.open_tcp_listeners(port, host=host)
         task_status.started(listeners[0].socket.getsockname()[1])
         await trio.serve_listeners(self._handle, listeners)
 

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from core.addresses import split_address
 from mqctl.chaos.cluster import DELAY_MS, GROUP, MEMBERS, DrillCluster, Member, drill_nodes, drill_settings
 from mqctl.hosts.faults import Faults
 from mqctl.hosts.lab import Lab
@@ -134,9 +135,9 @@ class LabCluster(DrillCluster):
 
     def _start_delay_proxies(self, m: Member) -> None:
         host = self.host_of(m.node)
-        ip, port = m.listen.rsplit(":", 1)
+        ip, port = split_address(m.listen)
         procs = []
-        for upstream_port in (int(port), int(port) + 1):
+        for upstream_port in (port, port + 1):
             listen = f"{ip}:{upstream_port + DELAY_PORT_STEP}"
             argv = self.lab.command(host, [sys.executable, "-m", "mqctl.chaos.fault_proxy", listen,
                                            f"{ip}:{upstream_port}"])

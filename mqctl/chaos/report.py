@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 from typing import Any
 
 import typer
@@ -12,7 +13,7 @@ from mqctl.chaos.history import FaultSpan, Verdict
 from mqctl.chaos.schedule import WARMUP_SECONDS
 from mqctl.chaos.workload import WorkerSpec, Workload
 
-LOSS_ALLOWED = {"async": True, "sync": False, "dledger": False}
+LOSS_ALLOWED = MappingProxyType({"async": True, "sync": False, "dledger": False})
 REASONS_SHOWN = 5  # the most frequent reasons a report prints (--json has them all)
 
 

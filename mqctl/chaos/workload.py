@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import IO
 
 from mqctl.chaos.history import Delivery, SendAttempt
@@ -42,7 +43,7 @@ READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 # shares of the offered rate: the 5.x client costs several times what a 4.x client does
 # (docs/benchmarks.md), so it carries the smallest share
-WEIGHTS = {"ours": 0.7, "cpp": 0.22, "rmq5": 0.08}
+WEIGHTS = MappingProxyType({"ours": 0.7, "cpp": 0.22, "rmq5": 0.08})
 FIFO_SHARE = 0.25  # of mqctl's share: FIFO streams (a request a message); the rest in bulk, batched
 # a stream sends one message after another: enough streams that the rate is offered while
 # answers take this long (a loaded 2-core host answers in tens of ms)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
+from core.addresses import split_address
 from core.config import Config, load_config
 from core.errors import ConfigError
-from core.remoting.signing import acl_credentials, use_credentials
 from mqctl.common.errors import CliError
 from mqctl.hosts import placement
 from mqctl.hosts.lab import LabError
@@ -21,12 +21,12 @@ def config_path(ctx: typer.Context) -> Path:
 
 
 def load(ctx: typer.Context) -> Config:
-    """The config; its ``[acl]`` keys (if any) sign every request this command sends."""
+    """The config (its ``[acl]`` keys, ``config.acl.credentials()``, sign what commands send to
+    brokers)."""
     try:
         config = load_config(config_path(ctx))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    use_credentials(acl_credentials(config))
     try:
         placement.run_on_client_host(config, make=ctx.command.name in ("start", "restart"))
     except LabError as exc:
@@ -41,8 +41,11 @@ def namesrv_addresses(config: Config, proxy: str | None = None) -> list[str]:
         node = config.proxy_node(proxy)
         if node is not None:
             return [node.address]
-        host, sep, port = proxy.rpartition(":")
-        if not sep or not host or not port.isdigit():
+        try:
+            host, _ = split_address(proxy)
+        except ValueError:
+            host = ""
+        if not host:
             names = ", ".join(p.name for p in config.proxies) or "none"
             raise CliError(f"--proxy takes a proxy of {config.source} (proxies: {names}) or host:port, not {proxy!r}")
         return [proxy]

@@ -17,6 +17,7 @@ import ipaddress
 import os
 import sys
 
+from core.addresses import split_address
 from core.config import Config
 from mqctl.hosts.lab import PREFIX, SUBNET, Lab, LabError, create_lab, open_lab, unavailable
 
@@ -38,9 +39,8 @@ def node_octets(config: Config) -> dict[str, int]:
     listens += [(p.name, p.listen) for p in config.proxies]
     out = {}
     for name, listen in listens:
-        host = listen.rpartition(":")[0]
         try:
-            ip = ipaddress.IPv4Address(host)
+            ip = ipaddress.IPv4Address(split_address(listen)[0])
         except ValueError:
             raise LabError(f"{name} listens on {listen}: a lab node needs an address in {SUBNET}.{number}.0/24") from None
         prefix, octet = str(ip).rsplit(".", 1)

@@ -11,8 +11,9 @@ from typing import Annotated, Any
 import trio
 import typer
 
-from core.config import BrokerNode, Config
-from core.remoting.client import split_address
+from core.addresses import split_address
+from core.config import Config
+from core.node_specs import BrokerNode
 from core.store.message_store import holds_unsealed_raft
 from mqctl.common import probe
 from mqctl.common.context import load
@@ -287,7 +288,8 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     specs = nodes_of(config)
     pids = {s.name: running_pid(config, s.name) for s in specs}
     alive = {s.name: pids[s.name] is not None and trio.run(probe.serves, s.listen) for s in specs}
-    infos = trio.run(probe.runtime_infos, {s.name: s.listen for s in specs if s.kind == "broker" and alive[s.name]})
+    brokers = {s.name: s.listen for s in specs if s.kind == "broker" and alive[s.name]}
+    infos = trio.run(lambda: probe.runtime_infos(brokers, credentials=config.acl.credentials()))
     mode = config.replication.mode
     raft = mode == "dledger"
     rows = []

@@ -11,7 +11,8 @@ from mqctl.common import probe
 
 def group_infos(config: Config, group: str) -> dict[str, dict[str, str] | None]:
     """The runtime table of each member of broker group ``group`` (None: not answering)."""
-    return trio.run(probe.runtime_infos, {b.node: b.listen for b in config.brokers if b.name == group})
+    members = {b.node: b.listen for b in config.brokers if b.name == group}
+    return trio.run(lambda: probe.runtime_infos(members, credentials=config.acl.credentials()))
 
 
 def leader_of(infos: dict[str, dict[str, str] | None]) -> str | None:

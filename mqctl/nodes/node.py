@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import errno
-import ipaddress
 import logging
 import signal
 import sys
@@ -22,8 +21,6 @@ from core.config import Config, load_config
 from core.errors import CoreError
 from core.namesrv.server import serve_nameserver
 from core.proxy.server import serve_proxy
-from core.remoting.client import connect_from, split_address
-from core.remoting.signing import acl_credentials, use_credentials
 from mqctl.nodes.port_holders import held_port
 from plugins import plugin_host
 
@@ -58,29 +55,12 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             return
 
 
-def loopback_host(config: Config, name: str) -> str | None:
-    """The node's listen host when it is a loopback address of its own (127.0.0.12): its
-    outgoing connections then start there too, so peers and drills can tell it apart. Other
-    hosts are left to the system's routing."""
-    listens = config.listens_of(name)
-    if not listens:
-        return None
-    host = split_address(listens[0])[0]
-    try:
-        own = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    return host if own.is_loopback and host != "127.0.0.1" else None
-
-
 def run(config_path: Path, name: str, log_level: str) -> int:
     """Serve node ``name`` of the config at ``config_path`` until a signal; the exit status."""
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(config_path)
-        use_credentials(acl_credentials(config))  # a slave's requests to its master are signed
-        connect_from(loopback_host(config, name))
         trio.run(run_node, config, name)
     except CoreError as exc:
         log.error("%s", exc)

@@ -1,6 +1,6 @@
 """Who holds a TCP port on this host: ``mqctl start`` checks a node's ports are free before it
 starts anything, and that the process answering on a port is the one it started. Test and
-bench clusters take their ports from ``free_port``.
+bench clusters take their ports from a :class:`PortPicker`.
 
 Linux's ``/proc/net/tcp`` (and ``tcp6``) list listening sockets with their inode; the holder is
 the process with that socket among its ``/proc/<pid>/fd`` links. A holder this user may not
@@ -17,7 +17,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.remoting.client import split_address
+from core.addresses import split_address
 
 LISTEN_STATE = "0A"
 PROC = Path("/proc")
@@ -123,26 +123,31 @@ def _command(pid_dir: Path) -> str:
         return ""
 
 
-_HANDED_OUT: set[int] = set()  # ports this process gave out: a config's nodes never share one
+class PortPicker:
+    """Free loopback ports for the nodes of configs made on the spot (bench and test clusters).
+    One picker never hands out a port twice, so the nodes it places never share one even before
+    any of them listens; give every config made in one run the same picker."""
 
+    def __init__(self) -> None:
+        self.handed_out: set[int] = set()
 
-def free_port(span: int = 2) -> int:
-    """A loopback port free with the ``span - 1`` ports after it (a broker's HA port is its port
-    + 1; a proxy's doors follow its port), none of them given out by an earlier call.
+    def take(self, span: int = 2) -> int:
+        """A loopback port free with the ``span - 1`` ports after it (a broker's HA port is its
+        port + 1; a proxy's doors follow its port), none of them handed out before.
 
-    The ports come from below the kernel's ephemeral range: a port from that range can be taken
-    as the source port of any outgoing connection while its node is down (a restart, a mode
-    switch), and the node then cannot listen on it again."""
-    low, _ = _ephemeral_range()
-    first = max(1024, min(PORTS_FROM, low - 4 * span))
-    while True:
-        port = random.randrange(first, low - span)
-        wanted = set(range(port, port + span))
-        if (wanted | {port - 1}) & _HANDED_OUT:
-            continue
-        if all(port_is_free("127.0.0.1", p) for p in wanted):
-            _HANDED_OUT.update(wanted)
-            return port
+        The ports come from below the kernel's ephemeral range: a port from that range can be
+        taken as the source port of any outgoing connection while its node is down (a restart, a
+        mode switch), and the node then cannot listen on it again."""
+        low, _ = _ephemeral_range()
+        first = max(1024, min(PORTS_FROM, low - 4 * span))
+        while True:
+            port = random.randrange(first, low - span)
+            wanted = set(range(port, port + span))
+            if (wanted | {port - 1}) & self.handed_out:
+                continue
+            if all(port_is_free("127.0.0.1", p) for p in wanted):
+                self.handed_out.update(wanted)
+                return port
 
 
 PORTS_FROM = 20000  # above the shipped conf.toml's ports (9876, 10911...)

@@ -15,7 +15,8 @@ from typing import Any
 
 import trio
 
-from core.config import BrokerNode, Config
+from core.config import Config
+from core.node_specs import BrokerNode
 from core.store.checkpoint import read_checkpoint
 from mqctl.common import probe
 from mqctl.common.errors import CliError
@@ -51,8 +52,8 @@ def slaves_of(config: Config, master: BrokerNode) -> list[BrokerNode]:
     return [b for b in config.brokers if b.name == master.name and not b.is_master]
 
 
-def _info(node: BrokerNode) -> RuntimeInfo | None:
-    return trio.run(probe.runtime_info, node.listen)
+def _info(config: Config, node: BrokerNode) -> RuntimeInfo | None:
+    return trio.run(lambda: probe.runtime_info(node.listen, credentials=config.acl.credentials()))
 
 
 def _poll(deadline: float, check: Callable[[], Any], timed_out: Callable[[], str]) -> Any:
@@ -85,7 +86,7 @@ def wait_caught_up(config: Config, slave: BrokerNode, deadline: float) -> dict[s
     def check() -> dict[str, Any] | None:
         if running_pid(config, master.node) is None:
             return {"note": f"{master.node} is not running: nothing to catch up with", "acked_offset": None}
-        slave_info, master_info = _info(slave), _info(master)
+        slave_info, master_info = _info(config, slave), _info(config, master)
         error = _refusal(config, slave, slave_info)
         if error is not None:
             raise error
@@ -117,13 +118,13 @@ def wait_slaves_connected(config: Config, master: BrokerNode, deadline: float) -
     waiting: list[str] = []
 
     def check() -> dict[str, Any] | None:
-        master_info = _info(master)
+        master_info = _info(config, master)
         connected = 0
         waiting.clear()
         for slave in slaves:
             if running_pid(config, slave.node) is None:
                 continue
-            slave_info = _info(slave)
+            slave_info = _info(config, slave)
             error = _refusal(config, slave, slave_info)
             if error is not None:
                 raise error
@@ -167,7 +168,7 @@ def wait_brokers_registered(config: Config, nameserver: NodeSpec, deadline: floa
 def running_engine(config: Config, members: list[BrokerNode]) -> str | None:
     """The replication mode the group's running members report (None: none answers)."""
     for member in members:
-        info = _info(member) if running_pid(config, member.node) is not None else None
+        info = _info(config, member) if running_pid(config, member.node) is not None else None
         if info and info.get("haMode"):
             return info["haMode"]
     return None
@@ -206,7 +207,7 @@ def stop_group_for_raft(config: Config, master: BrokerNode, deadline: float,
             continue
 
         def holds_end(s: BrokerNode = slave) -> bool:
-            return int((_info(s) or {}).get("commitLogMaxOffset", -1)) >= end
+            return int((_info(config, s) or {}).get("commitLogMaxOffset", -1)) >= end
 
         def too_late(s: BrokerNode = slave) -> str:
             return (f"{s.node} did not receive the master's log up to {end} in time; start the group in its "

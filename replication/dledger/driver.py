@@ -60,11 +60,12 @@ class RaftDriver:
     def __init__(self, group: str, node_id: str, peers: dict[str, str], store_dir: Path, segment_size: int,
                  settings: RaftSettings | None = None, rng: random.Random | None = None, *,
                  log: DiskRaftLog | None = None, on_commit: Callable[[int], None] | None = None,
-                 membership: Membership | None = None) -> None:
+                 membership: Membership | None = None, source_host: str | None = None) -> None:
         """``log`` is one its owner (a broker's store) opened already; else the driver opens
         and closes its own. ``on_commit`` is called on the loop with each new commit index,
         before the appends it completes are answered. ``membership``: with ACL on, the keys
-        the raft port's connections prove membership with."""
+        the raft port's connections prove membership with. ``source_host``: the local address
+        connections to peers start from (None: any)."""
         self.group = group
         self.id = node_id
         self.peers = peers  # every member (this one included): id -> raft address
@@ -77,7 +78,7 @@ class RaftDriver:
         self._rng = rng or random.Random()
         self.node: RaftNode | None = None
         self.transport = RaftTransport(group, {p: a for p, a in peers.items() if p != node_id}, self._receive,
-                                       me=node_id, membership=membership)
+                                       me=node_id, membership=membership, source_host=source_host)
         self.commit_index = -1
         self.role = Role.FOLLOWER
         self.leader: str | None = None

@@ -29,12 +29,12 @@ master keeps them, and serves them.
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
+from core.clock import now_ms
 from core.config import StoreConfig
 from core.store.checkpoint import Checkpoint, write_checkpoint
 from core.store.message_store import CHECKPOINT_FILE, LOG_FLOOR_FILE, RAFT_STATE_DIR, holds_unsealed_raft
@@ -127,7 +127,7 @@ def _seal_store(root: Path, config: StoreConfig) -> int:
     store.open()
     end = store.raft_log.write_pos
     trio.run(store.close)
-    stamp = int(time.time() * 1000)
+    stamp = now_ms()
     seg = config.segment_size_bytes
     floor = -(-end // seg) * seg
     write_checkpoint(root / CHECKPOINT_FILE, Checkpoint(stamp, stamp, stamp, floor, floor))

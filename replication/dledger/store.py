@@ -46,7 +46,6 @@ from core.store.message_store import (
     RAFT_BASE_FILE,
     RAFT_STATE_DIR,
     MessageStore,
-    now_ms,
 )
 from core.store.store_types import RecoveryReport, StoreHooks
 from formats import dledger
@@ -260,7 +259,7 @@ class DLedgerMessageStore(MessageStore):
         self.index.clear()
         self.proposals.kept.clear()
         self.reput_offset = 0
-        stamp = now_ms()
+        stamp = self.clock()
         write_checkpoint(self.root / CHECKPOINT_FILE, Checkpoint(stamp, stamp, stamp, 0, 0))
         log.info("store %s: raft log installed from the leader; ConsumeQueues and key index start over", self.root)
 

@@ -14,14 +14,15 @@ from its ConsumeQueues.
 from __future__ import annotations
 
 import logging
-import time
 
 import orjson
 import trio
 
+from core.addresses import own_loopback, split_address
 from core.broker.replication import RaftProgress, ReplicaLag, Replicated, ReplicationMetrics
-from core.config import BrokerNode, Config
-from core.remoting.client import split_address
+from core.clock import now_ms
+from core.config import Config
+from core.node_specs import BrokerNode
 from formats import dledger
 from formats.errors import FormatError
 from replication.dledger.driver import RaftDriver
@@ -61,7 +62,8 @@ class DLedgerReplication:
                                                  flush_interval_s=store.config.flush_interval_ms / 1000)
         self.driver = RaftDriver(node.name, node.node, self.peers, store.root, store.config.segment_size_bytes,
                                  self.settings, log=store.raft_log, on_commit=self._committed,
-                                 membership=Membership.from_config(config))  # ACL on: members prove it
+                                 membership=Membership.from_config(config),  # ACL on: members prove it
+                                 source_host=own_loopback(node.listen))
         self.commits = AckWaiters()  # watermark: commit index + 1
         self._leading = False
         self._role_changed = trio.Event()
@@ -137,8 +139,8 @@ class DLedgerReplication:
                             self.store.raft_log.last_index, node.elections_started if node is not None else 0)
         followers: tuple[ReplicaLag, ...] = ()
         if self._leading and node is not None:  # only a leader knows what its followers hold
-            now_ms = time.time_ns() // 1_000_000
-            followers = tuple(self._follower_lag(peer, mark, now_ms)
+            now = now_ms()
+            followers = tuple(self._follower_lag(peer, mark, now)
                               for peer, mark in sorted(node.watermarks().items()) if peer != driver.id)
         return ReplicationMetrics(driver.role.value, followers, raft)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import trio
 
+from core.addresses import split_address
 from core.errors import RemotingError
 from core.remoting.client import RemotingClient
 from core.remoting.codes import ResponseCode
@@ -148,10 +149,12 @@ class RaftTransport:
     """Sends to and receives from the other members of one raft group."""
 
     def __init__(self, group: str, peers: dict[str, str], deliver: Callable[[Message], None], *,
-                 me: str = "", membership: Membership | None = None) -> None:
+                 me: str = "", membership: Membership | None = None, source_host: str | None = None) -> None:
         """``peers``: the other members; ``me``: this member's id; ``membership``: with ACL
-        on, the keys connections prove membership with."""
+        on, the keys connections prove membership with; ``source_host``: the local address
+        connections to peers start from."""
         self.group = group
+        self.source_host = source_host
         self.peers = peers  # id -> "host:port" of its raft port
         self.me = Identity(group, me or "?")
         self.stats = TransportStats()
@@ -172,16 +175,16 @@ class RaftTransport:
 
     async def serve(self, listen: str, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on ``listen`` and run a sender per peer until cancelled."""
-        host, _, port = listen.rpartition(":")
+        host, port = split_address(listen)
         async with trio.open_nursery() as nursery:
-            client = RemotingClient(nursery)
+            client = RemotingClient(nursery, source_host=self.source_host)
             for peer, (_send, receive) in self._outboxes.items():
                 nursery.start_soon(self._sender, client, peer, receive)
             opened = None
             if self._membership is not None:
                 def opened(conn: Connection) -> None:
                     nursery.start_soon(self._inbound.expire, conn)
-            bound = await nursery.start(functools.partial(serve_remoting, self._inbound, host, int(port),
+            bound = await nursery.start(functools.partial(serve_remoting, self._inbound, host, port,
                                                           on_open=opened))
             task_status.started(bound)
 

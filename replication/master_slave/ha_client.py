@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import trio
 
+from core.addresses import split_address
 from core.config import ReplicationConfig
 from core.errors import StoreError
-from core.remoting.client import outgoing_host, split_address
 from core.store.message_store import MessageStore
 from replication.errors import ProtocolError
 from replication.master_slave.handshake import prove_to_master
@@ -38,9 +38,11 @@ class HAClient:
     """Keeps a slave's store a byte-for-byte copy of its master's CommitLog."""
 
     def __init__(self, store: MessageStore, settings: ReplicationConfig, *,
-                 prover: Callable[[], Connector] | None = None) -> None:
-        """``prover``: with ACL on, a fresh connector for each connection's handshake."""
+                 prover: Callable[[], Connector] | None = None, source_host: str | None = None) -> None:
+        """``prover``: with ACL on, a fresh connector for each connection's handshake.
+        ``source_host``: the local address connections to the master start from (None: any)."""
         self.store = store
+        self.source_host = source_host
         self.settings = settings
         self._prover = prover
         self._refused_by_master: str | None = None  # the last handshake failure, logged once
@@ -84,7 +86,7 @@ class HAClient:
         host, port = split_address(address)
         try:
             with trio.fail_after(CONNECT_TIMEOUT_S):
-                stream = await trio.open_tcp_stream(host, port, local_address=outgoing_host())
+                stream = await trio.open_tcp_stream(host, port, local_address=self.source_host)
         except (OSError, trio.TooSlowError) as exc:
             log.debug("cannot reach master HA %s: %s", address, exc)
             return False

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import trio
 
+from core.addresses import split_address
 from core.config import ReplicationConfig
-from core.remoting.client import split_address
 from core.store.message_store import MessageStore
 from replication.errors import ProtocolError
 from replication.master_slave.acks import SlaveLink, WriteTimeline

@@ -7,8 +7,10 @@ from __future__ import annotations
 import orjson
 import trio
 
+from core.addresses import own_loopback
 from core.broker.replication import ReplicaLag, Replicated, ReplicationMetrics
-from core.config import BrokerNode, Config
+from core.config import Config
+from core.node_specs import BrokerNode
 from core.store.message_store import MessageStore
 from replication.master_slave.ha_client import HAClient
 from replication.master_slave.ha_service import HAService
@@ -34,7 +36,7 @@ class MasterSlaveReplication:
         else:
             prover = slave_pass(membership, node.name, node.id) if membership is not None else None
             self.service = None
-            self.client = HAClient(store, self.settings, prover=prover)
+            self.client = HAClient(store, self.settings, prover=prover, source_host=own_loopback(node.listen))
         self._sync = sync
         if not self.is_master:
             store.set_read_only(f"broker {node.name} id {node.id} is a slave: send to its master (broker id 0)")

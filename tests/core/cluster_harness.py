@@ -9,8 +9,9 @@ from pathlib import Path
 import trio
 
 from core.broker.server import serve_broker
-from core.config import BrokerNode, BrokerSettings, Config, NameServerNode, StoreConfig
+from core.config import BrokerSettings, Config, StoreConfig
 from core.namesrv.server import serve_nameserver
+from core.node_specs import BrokerNode, NameServerNode
 from core.plugin_manager import PluginHost
 from plugins import plugin_host
 
@@ -35,20 +36,21 @@ class InProcessCluster:
     brokers: dict[str, RunningBroker]
 
     async def start_broker(self, name: str = "broker-a", broker_id: int = 0, port: int = 0, *,
-                           plugins: PluginHost | None = None) -> RunningBroker:
+                           plugins: PluginHost | None = None, host: str = "127.0.0.1") -> RunningBroker:
         """A broker node in this process; ``plugins``: its plugin host (the built-in plugins
-        by default), to which a test may add an observer."""
-        node = BrokerNode(name, broker_id, f"127.0.0.1:{port}")
-        host = plugins or plugin_host(load_entry_points=False)
+        by default), to which a test may add an observer; ``host``: the loopback address it
+        listens on."""
+        node = BrokerNode(name, broker_id, f"{host}:{port}")
+        plugin_host_ = plugins or plugin_host(load_entry_points=False)
         config = dataclasses.replace(self.config, brokers=(node,))
         scope = trio.CancelScope()
 
         async def run(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
             with scope:
-                await serve_broker(node, config, host, data_dir=self.data_dir, task_status=task_status)
+                await serve_broker(node, config, plugin_host_, data_dir=self.data_dir, task_status=task_status)
 
         bound = await self.nursery.start(run)
-        broker = RunningBroker(node.node, f"127.0.0.1:{bound}", scope, dataclasses.replace(node, listen=f"127.0.0.1:{bound}"))
+        broker = RunningBroker(node.node, f"{host}:{bound}", scope, dataclasses.replace(node, listen=f"{host}:{bound}"))
         self.brokers[node.node] = broker
         return broker
 

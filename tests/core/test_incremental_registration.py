@@ -7,8 +7,9 @@ import dataclasses
 
 import trio
 
-from core.config import BrokerSettings, Config, NameServerNode
+from core.config import BrokerSettings, Config
 from core.namesrv.server import serve_nameserver
+from core.node_specs import NameServerNode
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand

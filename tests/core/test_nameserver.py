@@ -5,8 +5,9 @@ import zlib
 import orjson
 import trio
 
-from core.config import Config, NameServerNode, NameServerSettings
+from core.config import Config, NameServerSettings
 from core.namesrv.server import serve_nameserver
+from core.node_specs import NameServerNode
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand

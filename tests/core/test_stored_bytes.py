@@ -16,7 +16,6 @@ from core.broker.batch_send import batch_records, record_batch
 from core.config import StoreConfig
 from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
-from core.store import message_store
 from core.store.dispatch import DispatchRequest
 from core.store.key_index import KeyIndex
 from core.store.message_store import MessageStore, open_message_store, opened_store
@@ -25,7 +24,6 @@ from formats.batch import BatchItem, encode_batch
 from formats.record import MessageRecord, decode_record, encode_record
 from formats.record_batch import BatchFields
 from formats.sysflag import BORNHOST_V6, STOREHOST_V6, TRANSACTION_PREPARED
-from replication.dledger import store as dledger_store
 from replication.dledger.raft_log import BodyRun
 from replication.dledger.store import DLedgerMessageStore
 
@@ -95,20 +93,20 @@ def _digest(root: Path) -> dict[str, str]:
 GOLDEN = {"commitlog": "7823bc4910e7a16b", "consumequeue": "2c40c978aaf6a23c", "index": "d28b946d239d3772"}
 
 
-@pytest.fixture
-def frozen_clock(monkeypatch):
-    monkeypatch.setattr(message_store, "now_ms", lambda: STORE_NOW_MS)
+def frozen_clock() -> int:
+    """Every store here stamps records with this one time: the digests depend on it."""
+    return STORE_NOW_MS
 
 
 @pytest.mark.parametrize("batch_path", [False, True], ids=["per-record", "batch"])
-def test_master_and_slave_store_the_same_bytes_as_before(tmp_path, frozen_clock, batch_path):
-    with opened_store(tmp_path / "master", CONFIG) as master:
+def test_master_and_slave_store_the_same_bytes_as_before(tmp_path, batch_path):
+    with opened_store(tmp_path / "master", CONFIG, clock=frozen_clock) as master:
         assert _write(master, batch_path) == (4 if batch_path else 0)
         chunks = _log_chunks(master)
     stored = _raw_records(tmp_path / "master")
     assert len(stored) == 105 + 5 + 3  # every item and single put, each as the reference encoder writes it
     assert [bytes(encode_record(decode_record(raw))) for raw in stored] == stored
-    with opened_store(tmp_path / "slave", CONFIG) as slave:
+    with opened_store(tmp_path / "slave", CONFIG, clock=frozen_clock) as slave:
         slave.set_read_only("a slave")
         for offset, chunk in chunks:
             if chunk:
@@ -175,14 +173,12 @@ def test_an_index_run_writes_what_entry_by_entry_writes(tmp_path, slots):
 
 
 @pytest.mark.parametrize("batch_path", [False, True], ids=["per-record", "batch"])
-async def test_a_raft_leader_and_follower_store_the_same_bytes_as_before(tmp_path, frozen_clock, monkeypatch,
-                                                                         batch_path):
+async def test_a_raft_leader_and_follower_store_the_same_bytes_as_before(tmp_path, batch_path):
     """The same sends through a raft leader's store (its proposals appended to its raft log
     as the raft node does), and a follower given the leader's entries: the data files, queues
     and key index are the ones the code before the batch path wrote."""
-    monkeypatch.setattr(dledger_store, "now_ms", lambda: STORE_NOW_MS)
     seen: dict[str, list[DispatchRequest]] = {"leader": [], "follower": []}
-    leader = DLedgerMessageStore(tmp_path / "leader", CONFIG, _recording_host(seen["leader"]))
+    leader = DLedgerMessageStore(tmp_path / "leader", CONFIG, _recording_host(seen["leader"]), clock=frozen_clock)
 
     def propose(bodies: list[bytes]) -> range:
         first = leader.raft_log.last_index + 1
@@ -199,7 +195,8 @@ async def test_a_raft_leader_and_follower_store_the_same_bytes_as_before(tmp_pat
         early = leader.dispatch_committed(5)
         assert early == (0 if batch_path else 6) and leader.dispatch_committed(last) == 113 - early
         entries = [leader.raft_log.entry(i) for i in range(last + 1)]
-    follower = DLedgerMessageStore(tmp_path / "follower", CONFIG, _recording_host(seen["follower"]))
+    follower = DLedgerMessageStore(tmp_path / "follower", CONFIG, _recording_host(seen["follower"]),
+                                   clock=frozen_clock)
     async with open_message_store(follower.root, CONFIG, store=follower):
         for entry in entries:
             assert entry is not None
@@ -232,18 +229,18 @@ def _recording_host(seen: list[DispatchRequest], queues: set | None = None) -> P
     return host
 
 
-def test_listeners_see_the_same_records_from_a_batch_put_and_from_a_slave_run(tmp_path, frozen_clock):
+def test_listeners_see_the_same_records_from_a_batch_put_and_from_a_slave_run(tmp_path):
     """mq_records_dispatched is given a batch put and a slave's runs without a request built
     per record; read, they are the requests the per-record path gave."""
     seen: dict[str, list[DispatchRequest]] = {"master": [], "slave": []}
     queues: dict[str, set] = {"master": set(), "slave": set()}
     hosts = {name: _recording_host(seen[name], queues[name]) for name in seen}
-    master = MessageStore(tmp_path / "master", CONFIG, hosts["master"])
+    master = MessageStore(tmp_path / "master", CONFIG, hosts["master"], clock=frozen_clock)
     master.open()
     _write(master, batch_path=True)
     chunks = _log_chunks(master)
     trio.run(master.close)
-    slave = MessageStore(tmp_path / "slave", CONFIG, hosts["slave"])
+    slave = MessageStore(tmp_path / "slave", CONFIG, hosts["slave"], clock=frozen_clock)
     slave.open()
     slave.set_read_only("a slave")
     for offset, chunk in chunks:

@@ -57,7 +57,7 @@ def test_bad_msg_ids_are_rejected(bad):
 
 def test_uniq_keys_are_32_hex_and_distinct():
     gen = UniqKeyGenerator("10.1.2.3", pid=42)
-    keys = {gen.next() for _ in range(1000)}
+    keys = {gen.next(1_700_000_000_000 + i // 7) for i in range(1000)}
     assert len(keys) == 1000 and all(is_uniq_key(k) for k in keys)
     assert next(iter(keys)).startswith("0A010203002A")
 

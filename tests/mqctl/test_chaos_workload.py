@@ -79,7 +79,7 @@ def test_the_timeline_counts_each_second_and_its_latency(tmp_path):
 def test_journals_collected_from_two_threads_at_once_record_each_row_once(tmp_path):
     # found in a drill: the thread stopping the workers and the drill's loop both collected, and
     # rows read twice showed as FIFO streams out of send order and as duplicates
-    from mqctl.chaos.workload import Running, Workload, WorkerSpec
+    from mqctl.chaos.workload import Running, WorkerSpec, Workload
 
     path = tmp_path / "p.jsonl"
     writer = JournalWriter(path, t0=0.0)

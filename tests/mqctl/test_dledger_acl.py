@@ -12,8 +12,8 @@ import orjson
 import pytest
 import trio
 
+from core.addresses import split_address
 from core.config import load_config
-from core.remoting.client import split_address
 from core.remoting.command import encode_frame
 from replication.dledger.messages import PushEntry, PushKind, TakeLeadership, VoteRequest
 from replication.dledger.raft_log import Entry

@@ -20,8 +20,7 @@ from core.client.runtime import ClientRuntime, open_client
 from core.client.selection import RoundRobinSelector
 from core.config import load_config
 from mqctl.nodes import processes
-from mqctl.nodes.port_holders import free_port
-from tests.conftest import Cluster, running_cluster
+from tests.conftest import Cluster, free_port, running_cluster
 
 TOPIC = "HaTopic"
 SLOW_MS = 300  # each way: a send takes ~600 ms, bucket 550, isolated 30 s by RocketMQ's table (3 s by TENTH)

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from core.remoting.client import split_address
+from core.addresses import split_address
 from replication.master_slave.handshake import receive_message
 from replication.membership import ACCEPT, CHALLENGE, CHALLENGE_SIZE, MAGIC, NONCE_SIZE, Connector, Identity
 

@@ -14,22 +14,23 @@ import trio
 
 from core.broker.batch_send import record_batch
 from core.broker.replication import Replicated
-from core.config import BrokerNode, Config, ReplicationConfig, StoreConfig
+from core.config import Config, ReplicationConfig, StoreConfig
 from core.errors import ReadOnlyStoreError, StoreError
 from core.hookspecs import hookimpl
+from core.node_specs import BrokerNode
 from core.plugin_manager import PluginHost
 from core.store.message_store import MessageStore, open_message_store
 from formats.batch import BatchItem, encode_batch
 from formats.dledger import HEADER_SIZE
 from formats.record import MessageRecord, prepare_record, write_record
 from formats.record_batch import BatchFields, RecordBatch
-from mqctl.nodes.port_holders import free_port  # a free port whose next one is free too (raft port)
 from plugins import plugin_host
 from replication.dledger.messages import Code
 from replication.dledger.raft_log import BodyRun, Entry
 from replication.dledger.seal import seal_group
 from replication.dledger.store import DLedgerMessageStore
 from replication.dledger.strategy import DLedgerReplication, follower_broker_id
+from tests.conftest import free_port  # a free port whose next one is free too (raft port)
 
 QUEUES = 4
 

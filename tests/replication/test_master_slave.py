@@ -13,9 +13,10 @@ import pytest
 import trio
 
 from core.broker.replication import Replicated
-from core.config import BrokerNode, Config, ReplicationConfig, StoreConfig
+from core.config import Config, ReplicationConfig, StoreConfig
 from core.errors import ReadOnlyStoreError
 from core.hookspecs import hookimpl
+from core.node_specs import BrokerNode
 from core.store.message_store import MessageStore, open_message_store, opened_store
 from formats.record import MessageRecord
 from plugins import plugin_host

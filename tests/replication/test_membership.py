@@ -16,7 +16,8 @@ import pytest
 import trio
 
 from core.broker.replication import Replicated
-from core.config import AclConfig, BrokerNode, Config, StoreConfig
+from core.config import AclConfig, Config, StoreConfig
+from core.node_specs import BrokerNode
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand

@@ -16,9 +16,8 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from mqctl.nodes.port_holders import free_port
 from spark import jobs
-from tests.conftest import write_cluster_config
+from tests.conftest import free_port, write_cluster_config
 from tests.spark import plain_reports as plain
 
 

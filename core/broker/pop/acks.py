@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from core.broker.pop.revive import REVIVE_QUEUES, ack_record, checkpoint_record, now_ms, write_revive_records
+from core.broker.pop.revive import REVIVE_QUEUES, ack_record, checkpoint_record, write_revive_records
+from core.clock import now_ms
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply

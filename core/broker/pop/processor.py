@@ -19,7 +19,6 @@ un-acked is handed out once more with its count raised (``orderCountInfo``).
 
 from __future__ import annotations
 
-import itertools
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -29,8 +28,9 @@ import trio
 from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
 from core.broker.long_polling import ANY_QUEUE, HeldSlot
 from core.broker.pop.order import Turn
-from core.broker.pop.revive import REVIVE_QUEUES, checkpoint_record, now_ms, write_revive_records
+from core.broker.pop.revive import REVIVE_QUEUES, checkpoint_record, write_revive_records
 from core.broker.pull import FILTER_SCAN_ENTRIES_MAX, matching_records
+from core.clock import now_ms
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from core.broker.broker import Broker
 
 RETRY_FIRST_PERCENT = 20  # RocketMQ's popFromRetryProbability
-_revive_qids = itertools.count()
 
 
 @dataclass(slots=True)
@@ -224,7 +223,7 @@ async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, p
     pop_time = now_ms()
     if header.order:
         return _answer_ordered(broker, request, header, popped, pop_time)
-    revive_qid = next(_revive_qids) % REVIVE_QUEUES
+    revive_qid = next(broker.pop_revive_turns) % REVIVE_QUEUES
     records = []
     for _, ck in popped.checkpoints:
         ck.pop_time_ms = pop_time

@@ -21,13 +21,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import time
 from typing import TYPE_CHECKING
 
 import trio
 
 from core.broker.pop.ledger import ReviveLedger
 from core.broker.responses import response_code
+from core.clock import now_ms
 from core.errors import StoreError
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
@@ -53,10 +53,6 @@ FIRST_POP_TIME = "1ST_POP_TIME"
 
 def revive_topic(cluster: str) -> str:
     return f"rmq_sys_REVIVE_LOG_{cluster}"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _revive_record(broker: Broker, revive_qid: int, tag: str, body: bytes, uniq_key: str) -> MessageRecord:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from formats import http2 as h2
 from formats.hpack import encode_literal
@@ -14,7 +15,7 @@ from formats.hpack import encode_literal
 GRPC_OK, GRPC_CANCELLED, GRPC_UNKNOWN, GRPC_DEADLINE_EXCEEDED, GRPC_PERMISSION_DENIED = 0, 1, 2, 4, 7
 GRPC_RESOURCE_EXHAUSTED, GRPC_UNIMPLEMENTED, GRPC_INTERNAL, GRPC_UNAVAILABLE, GRPC_UNAUTHENTICATED = 8, 12, 13, 14, 16
 MESSAGE_TEXT_MAX = 1000  # of a grpc-message
-_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_TIMEOUT_UNITS = MappingProxyType({"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9})
 
 
 @dataclass(slots=True)

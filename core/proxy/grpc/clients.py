@@ -125,7 +125,8 @@ class _CheckBackRelay:
 class GrpcClients:
     """Every 5.x client the proxy serves now."""
 
-    def __init__(self, nursery: trio.Nursery, settings: ProxySettings) -> None:
+    def __init__(self, nursery: trio.Nursery, settings: ProxySettings, *, source_host: str | None = None) -> None:
+        self._source_host = source_host  # the proxy's own local address, where upstream connections start
         self._nursery = nursery
         self._settings = settings
         self._clients: dict[str, GrpcClient] = {}
@@ -149,7 +150,7 @@ class GrpcClients:
             self._check_room(caller)
             relay = _CheckBackRelay(self, caller.client_id)
             client = self._clients[caller.client_id] = GrpcClient(
-                caller, ClientSession(self._nursery, relay, caller.credentials))
+                caller, ClientSession(self._nursery, relay, caller.credentials, source_host=self._source_host))
         client.last_seen = trio.current_time()
         return client
 

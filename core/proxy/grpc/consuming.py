@@ -3,8 +3,6 @@ ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue."""
 
 from __future__ import annotations
 
-import time
-
 import trio
 
 from core.broker.pop.headers import (
@@ -14,6 +12,7 @@ from core.broker.pop.headers import (
     POP_MESSAGES_MAX,
     PopHeader,
 )
+from core.clock import now_ms
 from core.proxy.batching import Lines, Ticket
 from core.proxy.grpc.ack_batches import ACKS_MAX, AckOf, ack_request, batch_ack_request, changed_handle
 from core.proxy.grpc.auth import Caller, check_permission
@@ -91,7 +90,7 @@ class Consuming:
         pop = PopHeader(
             group=group, topic=topic, queue_id=req.message_queue.id if fifo else -1,
             max_msg_nums=max(1, min(req.batch_size or POP_MESSAGES_MAX, POP_MESSAGES_MAX)), invisible_time_ms=invisible,
-            poll_time_ms=max(0, min(poll_ms, POLL_TIME_MAX_MS)), born_time_ms=int(time.time() * 1000),
+            poll_time_ms=max(0, min(poll_ms, POLL_TIME_MAX_MS)), born_time_ms=now_ms(),
             init_mode=INIT_MAX, expression_type="SQL92" if req.filter_expression.type == pb.SQL else "TAG",
             expression=req.filter_expression.expression or "*", order=fifo,
             attempt_id=req.attempt_id if req.HasField("attempt_id") else "")
@@ -133,7 +132,7 @@ class Consuming:
             handle = ReceiptHandle.parse(text)
         except PopRecordError as exc:
             raise Refused(pb.INVALID_RECEIPT_HANDLE, str(exc)) from None
-        if handle.visible_again_ms() <= time.time() * 1000:
+        if handle.visible_again_ms() <= now_ms():
             raise Refused(pb.INVALID_RECEIPT_HANDLE, "the receipt handle has expired: the message is visible again")
         return handle
 

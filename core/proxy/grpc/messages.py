@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from core import clock
 from core.topic_names import DLQ_PREFIX, RETRY_PREFIX, group_problem, send_forbidden, topic_problem
 from formats import sysflag
 from formats.properties import (
@@ -134,7 +134,7 @@ def _inflate(body: bytes) -> bytes:
 
 def outgoing(msg: pb.Message, peer_host: str, now_ms: int | None = None) -> Outgoing:
     """``msg`` as stored, or :class:`Refused` naming the first thing wrong with it."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     topic = check_topic(msg.topic.name)
     sp = msg.system_properties
     body = msg.body

@@ -18,11 +18,11 @@ A renewal the broker refuses (the message was acked or came back already) is dro
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import trio
 
+from core.clock import now_ms
 from core.config import ProxySettings
 from core.proxy.forwarder import Forwarder
 from core.proxy.grpc.ack_batches import AckOf, ack_request, changed_handle
@@ -98,7 +98,7 @@ class Renewals:
         async with trio.open_nursery() as nursery:
             while True:
                 await trio.sleep(RENEW_TICK_S)
-                now = int(time.time() * 1000)
+                now = now_ms()
                 for client_id, mine in list(self._by_client.items()):
                     client = self.clients.find(client_id)
                     for text, renewing in list(mine.items()):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.addresses import split_address
 from core.client.route import route_document
 from core.topic_names import QUEUE_NUMS_MAX
 from formats.rocketmq_v2 import messaging_pb2 as pb
@@ -50,10 +51,9 @@ def queue_spans(body: bytes) -> list[QueueSpan]:
 
 
 def endpoints_of(address: str) -> pb.Endpoints:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
+    host, port = split_address(address)
     scheme = pb.IPv6 if ":" in host else pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME
-    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
 
 
 def message_queues(topic: str, spans: list[QueueSpan], endpoints: pb.Endpoints) -> list[pb.MessageQueue]:

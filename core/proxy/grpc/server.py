@@ -33,6 +33,7 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 
+from core.addresses import split_address
 from core.proxy.grpc.auth import Caller, caller_of
 from core.proxy.grpc.calls import (
     GRPC_DEADLINE_EXCEEDED,
@@ -50,7 +51,6 @@ from core.proxy.grpc.calls import (
 from core.proxy.grpc.connection import GrpcConnection
 from core.proxy.grpc.messages import Refused
 from core.proxy.grpc.service import MessagingService
-from core.remoting.client import split_address
 from core.remoting.limits import ByteBudget
 from formats.rocketmq_v2 import messaging_pb2 as pb
 

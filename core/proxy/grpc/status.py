@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from core.proxy.grpc.messages import Refused
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from formats.rocketmq_v2 import messaging_pb2 as pb
 
 # a remoting answer's code as a 5.x status code (RocketMQ's proxy's ResponseBuilder)
-STATUS_OF = {
+STATUS_OF = MappingProxyType({
     ResponseCode.SUCCESS: pb.OK, ResponseCode.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
     ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: pb.CONSUMER_GROUP_NOT_FOUND,
@@ -17,7 +19,7 @@ STATUS_OF = {
     ResponseCode.SUBSCRIPTION_PARSE_FAILED: pb.ILLEGAL_FILTER_EXPRESSION, ResponseCode.INVALID_PARAMETER: pb.BAD_REQUEST,
     ResponseCode.NO_MESSAGE: pb.INVALID_RECEIPT_HANDLE, ResponseCode.POLLING_FULL: pb.TOO_MANY_REQUESTS,
     ResponseCode.SERVICE_NOT_AVAILABLE: pb.PROXY_TIMEOUT, ResponseCode.ILLEGAL_OPERATION: pb.BAD_REQUEST,
-}
+})
 NOT_FOUND = frozenset({ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE})
 
 

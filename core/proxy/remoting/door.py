@@ -23,11 +23,11 @@ import orjson
 import trio
 
 from core.acl.file import AclFile
+from core.addresses import split_address
 from core.metrics.labels import request_label
 from core.proxy.forwarder import EVERY_MEMBER, ROUTING, WRITES, Forwarder, request_name
 from core.proxy.meters import ProxyMeters
 from core.proxy.session import ClientSession, RelayDown
-from core.remoting.client import split_address
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import ANSWER_LATER, Connection, Reply
@@ -46,8 +46,10 @@ class RemotingDoor:
     listener's group (None: the proxy's own port)."""
 
     def __init__(self, nursery: trio.Nursery, forwarder: Forwarder, *, acl: AclFile | None = None,
-                 more_counters: Callable[[], dict[str, str]] = dict, meters: ProxyMeters | None = None) -> None:
+                 more_counters: Callable[[], dict[str, str]] = dict, meters: ProxyMeters | None = None,
+                 source_host: str | None = None) -> None:
         self._nursery = nursery
+        self._source_host = source_host  # where upstream connections start
         self.forwarder = forwarder
         self.view = forwarder.view
         self.doors = forwarder.doors
@@ -69,7 +71,8 @@ class RemotingDoor:
     def _session(self, conn: Connection) -> ClientSession:
         session = conn.attributes.get("proxy_session")
         if not isinstance(session, ClientSession):
-            session = conn.attributes["proxy_session"] = ClientSession(self._nursery, RelayDown(conn), passes_frames=True)
+            session = conn.attributes["proxy_session"] = ClientSession(
+                self._nursery, RelayDown(conn), passes_frames=True, source_host=self._source_host)
             self.sessions += 1
         return session
 
