@@ -1,6 +1,6 @@
 """Every hook of mqctl, with its contract. Hook names start with ``mq_``.
 
-Plugins implement them with the exported :data:`hookimpl` marker. Core code never calls
+Plugins implement them with the :data:`core.plugin_markers.hookimpl` marker. Core code never calls
 ``pm.hook`` directly: it goes through :class:`core.plugin_manager.PluginHost`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pluggy
+from core.plugin_markers import hookspec
 
 if TYPE_CHECKING:
     from core.broker.replication import Replication
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from core.store.message_store import MessageStore
     from core.store.store_types import StoreHooks
 
-PROJECT = "mqctl"
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec

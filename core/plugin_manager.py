@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 from core import hookspecs
+from core.plugin_markers import PROJECT
 
 if TYPE_CHECKING:
     from core.broker.replication import Replication
@@ -48,7 +49,7 @@ class PluginHost:
         load_entry_points: bool = True,
         blocked: Iterable[str] | None = None,
     ) -> None:
-        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm = pluggy.PluginManager(PROJECT)
         self._pm.add_hookspecs(hookspecs)
         if blocked is None:
             blocked = [n.strip() for n in os.environ.get(BLOCK_ENV, "").split(",") if n.strip()]

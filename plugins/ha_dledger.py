@@ -7,8 +7,8 @@ from pathlib import Path
 
 from core.broker.replication import Replication
 from core.config import Config
-from core.hookspecs import hookimpl
 from core.node_specs import BrokerNode
+from core.plugin_markers import hookimpl
 from core.store.message_store import MessageStore
 from core.store.store_types import StoreHooks
 from replication.dledger.store import DLedgerMessageStore

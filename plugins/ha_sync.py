@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from core.broker.replication import Replication
 from core.config import Config
-from core.hookspecs import hookimpl
 from core.node_specs import BrokerNode
+from core.plugin_markers import hookimpl
 from core.store.message_store import MessageStore
 from replication.master_slave.strategy import MasterSlaveReplication
 

@@ -4,8 +4,8 @@ rules (core.namesrv.route_table)."""
 from __future__ import annotations
 
 from core.config import NameServerSettings
-from core.hookspecs import hookimpl
 from core.namesrv.route_table import RouteTable
+from core.plugin_markers import hookimpl
 
 
 @hookimpl

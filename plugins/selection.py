@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.client.fault import FaultSettings
 from core.client.selection import QueueSelector, RoundRobinSelector
-from core.hookspecs import hookimpl
+from core.plugin_markers import hookimpl
 
 
 @hookimpl

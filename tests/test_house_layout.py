@@ -2,8 +2,8 @@
 
 Every ``import`` in the project's modules counts, at module level or inside a function, since a
 late import is still an arrow a reader has to follow. The checks: no import cycle anywhere;
-top-level rooms import only rooms below them; mqctl's sub-packages import only the ones below
-them; no module outside tests is over 500 lines.
+top-level rooms import only rooms below them; core's rooms import only the layers below theirs;
+mqctl's sub-packages import only the ones below them; no module outside tests is over 500 lines.
 """
 
 from __future__ import annotations
@@ -38,6 +38,28 @@ MQCTL_MAY_IMPORT = {
     "bench": {"common", "nodes", "admin", "analyze", "top"},
     "chaos": {"common", "nodes", "admin", "hosts"},
 }
+# core's layers, bottom first: a room of core/ (a sub-package, or a top module) imports only
+# rooms of lower layers. Shared types and contracts at the bottom; the wire below metrics (it
+# counts latency through remoting.processor.LatencyMeter, which metrics' Histogram fits); the
+# hook contracts above every room they name; the servers, which assemble a node, on top.
+CORE_LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
+    {"errors"},
+    {"clock", "addresses", "nursery", "topic_names", "json_files", "plugin_markers"},
+    {"node_specs", "proxy_settings"},
+    {"filter"},
+    {"remoting"},
+    {"metrics"},
+    {"config"},
+    {"acl"},
+    {"store"},
+    {"client"},
+    {"namesrv"},
+    {"broker"},
+    {"proxy"},
+    {"hookspecs"},
+    {"plugin_manager"},
+    {"servers"},
+))
 MODULE_LINES_MAX = 500
 
 
@@ -126,6 +148,40 @@ def test_rooms_import_only_rooms_below_them() -> None:
               if dst.split(".")[0] != src.split(".")[0]
               and dst.split(".")[0] not in ROOM_MAY_IMPORT[src.split(".")[0]]]
     assert upward == []
+
+
+def core_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "core" and len(parts) > 1 else None
+
+
+def upward_core_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between core's rooms that do not point to a lower layer."""
+    level = {room: n for n, layer in enumerate(CORE_LAYERS) for room in layer}
+    found = []
+    for src, targets in graph.items():
+        src_room = core_room(src)
+        for dst in targets:
+            dst_room = core_room(dst)
+            if src_room and dst_room and dst_room != src_room and not level[dst_room] < level[src_room]:
+                found.append(f"{src} -> {dst}")
+    return sorted(found)
+
+
+def test_every_room_of_core_has_a_layer() -> None:
+    rooms = {r for name in module_files() if (r := core_room(name))}
+    placed = set().union(*CORE_LAYERS)
+    assert rooms == placed
+
+
+def test_core_rooms_import_only_lower_layers() -> None:
+    assert upward_core_imports(import_graph()) == []
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    graph = {"core.remoting.connection": {"core.metrics.counters", "core.errors"},
+             "core.metrics.labels": {"core.remoting.codes"}}
+    assert upward_core_imports(graph) == ["core.remoting.connection -> core.metrics.counters"]
 
 
 def test_mqctl_sub_packages_import_only_the_ones_below_them() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from core.broker.persist import save_json
+from core.json_files import save_json
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import trio
 
-from core.hookspecs import hookimpl
+from core.plugin_markers import hookimpl
 from core.store.dispatch import DispatchBatch
 
 PARKED_MAX = 100_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.broker.persist import load_json, save_json
+from core.json_files import load_json, save_json
 
 
 class ConsumerOffsets:

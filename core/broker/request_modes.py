@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.broker.persist import load_json, save_json
+from core.json_files import load_json, save_json
 from core.topic_names import RETRY_PREFIX, group_problem, topic_problem
 
 MODES = ("PULL", "POP")

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import trio
 
-from core.broker.persist import load_json, save_json
 from core.broker.real_destination import real_destination
 from core.clock import now_ms
 from core.errors import StoreError, UnsafePathError
+from core.json_files import load_json, save_json
 from core.store.message_store import MessageStore
 from core.topic_names import SCHEDULE_TOPIC
 from formats.errors import RecordError

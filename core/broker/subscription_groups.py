@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from core.broker.change_journal import ChangeJournal
-from core.broker.persist import load_json
 from core.clock import now_ms
+from core.json_files import load_json
 from core.topic_names import group_problem
 
 GROUPS_MAX = 100_000

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from core.broker.change_journal import ChangeJournal
-from core.broker.persist import load_json
 from core.clock import now_ms
+from core.json_files import load_json
 from core.topic_names import (
     AUTO_CREATE_TOPIC,
     DLQ_PREFIX,

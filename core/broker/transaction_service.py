@@ -24,7 +24,6 @@ from pathlib import Path
 
 import trio
 
-from core.broker.persist import load_json, save_json
 from core.broker.real_destination import real_destination
 from core.broker.transactions import (
     HALF_QUEUE_ID,
@@ -39,6 +38,7 @@ from core.broker.transactions import (
 from core.clock import now_ms as wall_clock_ms
 from core.config import BrokerSettings
 from core.errors import RemotingError, StoreError
+from core.json_files import load_json, save_json
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection

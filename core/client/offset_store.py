@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.broker.persist import load_json, save_json
 from core.client.route import MessageQueue
+from core.json_files import load_json, save_json
 
 
 def default_offsets_path(instance: str, group: str) -> Path:

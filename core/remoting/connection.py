@@ -28,7 +28,6 @@ from time import perf_counter
 import trio
 
 from core.errors import ConnectionClosedError, RemotingError, RemotingTimeoutError, RpcRejected
-from core.metrics.counters import Histogram
 from core.remoting.codes import FLAG_ONEWAY, ResponseCode
 from core.remoting.command import (
     FRAME_SIZE_MAX_DEFAULT,
@@ -49,7 +48,7 @@ from core.remoting.pending import (
     Waiting,
     request_bytes,
 )
-from core.remoting.processor import Processor, Reply, RpcHooks
+from core.remoting.processor import LatencyMeter, Processor, Reply, RpcHooks
 
 __all__ = ["ANSWER_LATER", "Connection", "Outcome", "Processor", "Reply", "RpcHooks", "request_bytes"]
 
@@ -79,7 +78,7 @@ class Connection:
         large_frames: ByteBudget | None = None,
         plugins: RpcHooks | None = None,
         keep_frames: bool = False,
-        latency: Histogram | None = None,
+        latency: LatencyMeter | None = None,
         serving: bool = False,
     ) -> None:
         self.stream = stream

@@ -1,7 +1,8 @@
 """What a remoting connection hands the requests it reads to (a :class:`Processor`), what that
-returns (a :data:`Reply`), and the plugin hooks it calls around each request. ``conn`` is the
-:class:`core.remoting.connection.Connection` the request came on (typed loosely here: the
-connection imports this module)."""
+returns (a :data:`Reply`), the plugin hooks it calls around each request, and where it counts
+each answer's latency (a :class:`LatencyMeter`: the wire owns the interface, metrics implement
+it). ``conn`` is the :class:`core.remoting.connection.Connection` the request came on (typed
+loosely here: the connection imports this module)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,10 @@ class RpcHooks(Protocol):
     def rpc_before_request(self, conn: Any, request: RemotingCommand) -> None: ...
 
     def rpc_after_response(self, conn: Any, request: RemotingCommand, response: RemotingCommand) -> None: ...
+
+
+class LatencyMeter(Protocol):
+    """Counts each answer's seconds from its request's read, keyed by (request, response) code;
+    :class:`core.metrics.counters.Histogram` is one."""
+
+    def observe(self, key: tuple[int, int], value: float) -> None: ...

@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import trio
 
-from core.metrics.counters import Histogram
 from core.remoting.command import FRAME_SIZE_MAX_DEFAULT
 from core.remoting.connection import Connection, Processor, RpcHooks
 from core.remoting.limits import DEFAULT_LIMITS, ByteBudget, ConnectionLimits
+from core.remoting.processor import LatencyMeter
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ async def serve_remoting(
     on_open: Callable[[Connection], None] | None = None,
     limits: ConnectionLimits = DEFAULT_LIMITS,
     keep_frames: bool = False,
-    latency: Histogram | None = None,
+    latency: LatencyMeter | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``processor`` on ``host:port`` until cancelled; reports the bound port. Connections

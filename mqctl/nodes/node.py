@@ -16,11 +16,11 @@ from typing import Annotated
 import trio
 import typer
 
-from core.broker.server import serve_broker
 from core.config import Config, load_config
 from core.errors import CoreError
-from core.namesrv.server import serve_nameserver
-from core.proxy.server import serve_proxy
+from core.servers.broker import serve_broker
+from core.servers.namesrv import serve_nameserver
+from core.servers.proxy import serve_proxy
 from mqctl.nodes.port_holders import held_port
 from plugins import plugin_host
 

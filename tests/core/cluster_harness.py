@@ -8,11 +8,11 @@ from pathlib import Path
 
 import trio
 
-from core.broker.server import serve_broker
 from core.config import BrokerSettings, Config, StoreConfig
-from core.namesrv.server import serve_nameserver
 from core.node_specs import BrokerNode, NameServerNode
 from core.plugin_manager import PluginHost
+from core.servers.broker import serve_broker
+from core.servers.namesrv import serve_nameserver
 from plugins import plugin_host
 
 SMALL_STORE = StoreConfig(segment_size_bytes=1 << 20, cq_entries_per_file=1000, index_slots=1009,

@@ -25,8 +25,8 @@ import trio
 from core.acl.requests import RULES
 from core.broker.pop.revive import revive_topic
 from core.config import Config
-from core.hookspecs import hookimpl
 from core.node_specs import BrokerNode
+from core.plugin_markers import hookimpl
 from core.remoting.client import RemotingClient, open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand

@@ -8,11 +8,11 @@ import dataclasses
 import trio
 
 from core.config import BrokerSettings, Config
-from core.namesrv.server import serve_nameserver
 from core.node_specs import NameServerNode
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from core.servers.namesrv import serve_nameserver
 from plugins import plugin_host
 from tests.core.cluster_harness import SMALL_STORE, InProcessCluster
 

@@ -6,11 +6,11 @@ import orjson
 import trio
 
 from core.config import Config, NameServerSettings
-from core.namesrv.server import serve_nameserver
 from core.node_specs import NameServerNode
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
+from core.servers.namesrv import serve_nameserver
 from plugins import plugin_host
 
 
@@ -102,9 +102,9 @@ async def test_kv_config_round_trip_and_persistence(nursery, tmp_path):
 
 async def test_route_table_comes_from_the_first_plugin_that_answers(tmp_path, monkeypatch):
     from core.errors import CoreError
-    from core.hookspecs import hookimpl
     from core.namesrv.route_table import RouteTable
     from core.plugin_manager import BLOCK_ENV
+    from core.plugin_markers import hookimpl
 
     class Shorter(RouteTable):
         pass

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from core import hookspecs
-from core.hookspecs import hookimpl
 from core.plugin_manager import BLOCK_ENV, PluginHost
+from core.plugin_markers import hookimpl
 from plugins import BUILTIN_PLUGINS, plugin_host
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import RemotingError, RemotingTimeoutError, RpcRejected
-from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
+from core.plugin_markers import hookimpl
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import ResponseCode
 from core.remoting.command import FrameDecoder, RemotingCommand, encode_frame

@@ -9,7 +9,7 @@ from core.client.fault import FaultSettings, LatencyFaultTable
 from core.client.route import MessageQueue
 from core.client.selection import RoundRobinSelector
 from core.client.send_attempts import SendAttempts, Verdict
-from core.hookspecs import hookimpl
+from core.plugin_markers import hookimpl
 from core.remoting.codes import ResponseCode
 from plugins import plugin_host
 

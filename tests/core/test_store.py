@@ -6,8 +6,8 @@ import pytest
 import trio
 
 from core.errors import DiskFullError, MessageTooLargeError, StoreClosedError
-from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
+from core.plugin_markers import hookimpl
 from core.store.message_store import MessageStore, open_message_store
 from core.store.store_reads import LARGE_READ_BYTES
 from formats.consume_queue import CQ_ENTRY_SIZE

@@ -14,8 +14,8 @@ import trio
 
 from core.broker.batch_send import batch_records, record_batch
 from core.config import StoreConfig
-from core.hookspecs import hookimpl
 from core.plugin_manager import PluginHost
+from core.plugin_markers import hookimpl
 from core.store.dispatch import DispatchRequest
 from core.store.key_index import KeyIndex
 from core.store.message_store import MessageStore, open_message_store, opened_store

@@ -16,9 +16,9 @@ from core.broker.batch_send import record_batch
 from core.broker.replication import Replicated
 from core.config import Config, ReplicationConfig, StoreConfig
 from core.errors import ReadOnlyStoreError, StoreError
-from core.hookspecs import hookimpl
 from core.node_specs import BrokerNode
 from core.plugin_manager import PluginHost
+from core.plugin_markers import hookimpl
 from core.store.message_store import MessageStore, open_message_store
 from formats.batch import BatchItem, encode_batch
 from formats.dledger import HEADER_SIZE

@@ -15,8 +15,8 @@ import trio
 from core.broker.replication import Replicated
 from core.config import Config, ReplicationConfig, StoreConfig
 from core.errors import ReadOnlyStoreError
-from core.hookspecs import hookimpl
 from core.node_specs import BrokerNode
+from core.plugin_markers import hookimpl
 from core.store.message_store import MessageStore, open_message_store, opened_store
 from formats.record import MessageRecord
 from plugins import plugin_host
