@@ -38,12 +38,12 @@ from core.client.pull import (
     max_offset,
     min_offset,
     pull,
-    send_back,
 )
 from core.client.queue_locking import LOCK_RENEW_S, HeldLocks, lock_queues, unlock_queues
 from core.client.route import MessageQueue
 from core.client.runtime import ClientError, ClientRuntime
 from core.client.subscription_data import subscription_data
+from core.client.unconsumed import Unconsumed
 from core.clock import now_ms
 from core.errors import RemotingError
 from core.filter.expression_types import SQL92, TAG
@@ -126,7 +126,8 @@ class PushConsumer:
             if self.broadcasting else None)
         self._locks = HeldLocks()
         self._consuming: dict[MessageQueue, trio.Lock] = {}  # orderly: held while the handler runs
-        self._attempts: dict[MessageQueue, tuple[int, int]] = {}  # queue -> (offset kept here, tries)
+        self.unconsumed = Unconsumed(runtime, group, give_back=self.give_back, orderly=orderly,
+                                     broadcasting=self.broadcasting, max_reconsume_times=max_reconsume_times)
         self._rebalance_wait_s = REBALANCE_S
         self.handler = handler
         self.from_beginning = from_beginning
@@ -262,7 +263,7 @@ class PushConsumer:
                     async with self._consuming.setdefault(mq, trio.Lock()):
                         scope.cancel()
             scope.cancel()  # done already, unless the handler outlasted the 5 s: then it is stopped
-        self._attempts.pop(mq, None)
+        self.unconsumed.forget(mq)
         self._locks.drop(mq)
         # shielded: the caller may be that queue's own loop, just cancelled
         with trio.CancelScope(shield=True), trio.move_on_after(5):
@@ -335,12 +336,12 @@ class PushConsumer:
                         return  # another member has the queue now; _drop ended this loop's turn
                     if self.orderly:
                         async with self._consuming.setdefault(mq, trio.Lock()):
-                            consumed = await self._deliver(self._with_local_tries(mq, result.messages))
+                            consumed = await self._deliver(self.unconsumed.with_local_tries(mq, result.messages))
                     else:
-                        consumed = await self._deliver(self._with_local_tries(mq, result.messages))
+                        consumed = await self._deliver(self.unconsumed.with_local_tries(mq, result.messages))
                     if consumed is not True:
                         later = result.messages[int(consumed):]
-                        dealt = await self._not_consumed(mq, later)
+                        dealt = await self.unconsumed.settle(mq, later)
                         if dealt < len(later):  # kept here: offered again after a pause
                             offset = later[dealt].queue_offset
                             self._advance(mq, scope, offset)
@@ -357,34 +358,6 @@ class PushConsumer:
             return True
         await self._renew_locks([mq])
         return self._locks.fresh(mq, trio.current_time())
-
-    def _with_local_tries(self, mq: MessageQueue, messages: list[MessageRecord]) -> list[MessageRecord]:
-        """Messages offered again here show how often they were (RocketMQ's orderly consumer
-        counts its suspends in the reconsume times)."""
-        kept = self._attempts.get(mq)
-        if kept is not None and messages[0].queue_offset == kept[0]:
-            messages[0].reconsume_times += kept[1]
-        return messages
-
-    async def _not_consumed(self, mq: MessageQueue, later: list[MessageRecord]) -> int:
-        """Deal with messages the handler did not consume; returns how many, from the start,
-        are settled (given back, dead-lettered, skipped); the rest stay here."""
-        if self.give_back:
-            return await send_back(self.runtime, self.group, mq, later, max_reconsume_times=self.max_reconsume_times)
-        if not (self.orderly or self.broadcasting):
-            return 0  # give_back=False: kept in the queue for as long as it takes
-        first = later[0]
-        offset, tries = self._attempts.get(mq, (first.queue_offset, 0))
-        tries = tries + 1 if offset == first.queue_offset else 1
-        if tries < self.max_reconsume_times:
-            self._attempts[mq] = (first.queue_offset, tries)
-            return 0
-        self._attempts.pop(mq, None)
-        if self.broadcasting:
-            log.warning("consumer %s skips %s@%d after %d tries", self.group, mq, first.queue_offset, tries)
-            return 1
-        return await send_back(self.runtime, self.group, mq, [first], max_reconsume_times=self.max_reconsume_times,
-                               dead_letter=True)
 
     async def _deliver(self, messages: list[MessageRecord]) -> bool | int:
         for rec in messages:  # a retry shows its original topic, as RocketMQ clients do

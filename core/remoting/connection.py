@@ -64,7 +64,11 @@ OWN_OPAQUES_FROM = 1 << 30
 
 
 class Connection:
-    """A framed, bidirectional RocketMQ remoting connection."""
+    """A framed, bidirectional RocketMQ remoting connection.
+
+    One concept, 27 methods: each side's requests and answers share one opaque space, one
+    write buffer and one back-pressure budget, so the reader, writer and pending table are
+    one object; the sans-IO parts (frames, pending entries, limits) already live beside it."""
 
     def __init__(
         self,

@@ -77,7 +77,10 @@ class ConnectionBroken(Exception):
 
 
 class GrpcConnection:
-    """One client connection (see the module's docstring)."""
+    """One client connection (see the module's docstring).
+
+    One concept, 27 methods: RFC 9113's receiving half, one frame handler per frame type over
+    state the frame types share (streams, windows, the flood meter, HPACK's table)."""
 
     def __init__(self, message_max: int, large_messages: ByteBudget | None = None) -> None:
         self.message_max = message_max
