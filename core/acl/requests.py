@@ -26,7 +26,7 @@ resource ``%RETRY%<group>`` (``groupPerms``). Where RocketMQ checks less, we che
 
 Producer groups carry no permission in ``plain_acl.yml`` (as in RocketMQ): attributes naming
 one (``producerGroup``, a V2 send's ``a``) are not checked. A transaction is ended only with the
-producer group its half message names (:mod:`core.broker.transaction_service`).
+producer group its half message names (:mod:`core.broker.transactions.transaction_service`).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The broker: topics, offsets, clients, long polling, request processing, registration."""
+"""The broker: its state (broker.py), clients, registration, rooms by concept (produce/, consume/, ...)."""

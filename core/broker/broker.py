@@ -1,4 +1,4 @@
-"""The broker's state; it answers a request with the handler its table (core/broker/request_table.py,
+"""The broker's state; it answers a request with the handler its table (core/broker/wire/request_table.py,
 handed in by the server) names for the code, handing it the request's header parsed once with
 the code's declared type (core/remoting/request_headers.py): the type the ACL judged."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +18,22 @@ from core.acl.policy import AclPolicy
 from core.acl.requests import Resource, request_resources
 from core.addresses import split_address
 from core.broker.clients import ClientRegistry
-from core.broker.consumer_filters import ConsumerFilterTable
-from core.broker.long_polling import PullHold
+from core.broker.consume.consumer_filters import ConsumerFilterTable
+from core.broker.consume.long_polling import PullHold
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.consume.queue_locks import QueueLocks
+from core.broker.consume.request_modes import RequestModeTable
+from core.broker.consume.topic_queues import TopicQueues
 from core.broker.meters import BrokerMeters
-from core.broker.offsets import ConsumerOffsets
 from core.broker.pop.ledger import ReviveLedger
 from core.broker.pop.order import OrderBook
-from core.broker.queue_locks import QueueLocks
+from core.broker.produce.write_path import WritePath
 from core.broker.replication import Replication
-from core.broker.request_modes import RequestModeTable
-from core.broker.request_names import RequestNames
-from core.broker.schedule import ScheduleService
-from core.broker.subscription_groups import SubscriptionGroupTable
-from core.broker.topic_queues import TopicQueues
-from core.broker.topics import TopicConfig, TopicTable
-from core.broker.transaction_service import TransactionService
-from core.broker.write_path import WritePath
+from core.broker.tables.subscription_groups import SubscriptionGroupTable
+from core.broker.tables.topics import TopicConfig, TopicTable
+from core.broker.timers.schedule import ScheduleService
+from core.broker.transactions.transaction_service import TransactionService
+from core.broker.wire.request_names import RequestNames
 from core.clock import Clock, now_ms
 from core.config import Config
 from core.errors import RemotingError
@@ -63,17 +63,59 @@ def default_cold_read_lag_bytes() -> int:
         return 4 << 30
 
 
+def _store_host(host: str, port: int) -> tuple[str, int]:
+    return (host if host not in ("0.0.0.0", "") else "127.0.0.1", port)
+
+
 def _peer_ip(conn: Connection) -> str:
     return split_address(conn.remote)[0] if ":" in conn.remote else ""
 
 
-class Broker:
-    """One broker node: everything a request handler needs."""
+class RebalanceNotices:
+    """Tells a consumer group's members to rebalance at once (NOTIFY_CONSUMER_IDS_CHANGED), each
+    from a task of its own under :meth:`run`, which the server starts with the node; while it
+    does not run, nothing is sent."""
 
-    topic_queues: TopicQueues  # set by the server, which has the name servers' client
+    def __init__(self) -> None:
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    def send(self, connections: Iterable[object], group: str) -> None:
+        if self._nursery is None:
+            return
+        for conn in connections:
+            if isinstance(conn, Connection) and not conn.closed.is_set():
+                self._nursery.start_soon(self._notify, conn, group)
+
+    @staticmethod
+    async def _notify(conn: Connection, group: str) -> None:
+        try:
+            await conn.oneway(RemotingCommand(code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                              ext_fields={"consumerGroup": group}, language="JAVA"))
+        except RemotingError:
+            pass
+
+
+class Broker:
+    """One broker node: everything a request handler needs. Each handler sees it through a
+    Protocol of the members it uses (core/broker/wire/request_table.py).
+
+    Everything here is handed in or made here. What the server learns once the node listens
+    comes through :meth:`bind` (the port the listener picked: ``address``, ``store_host``, and
+    the delay and transaction services' store host) and :meth:`ha_bound` (the HA listener's
+    address); consumer notices go out once the server runs :attr:`notices`."""
 
     def __init__(self, node: BrokerNode, config: Config, store: MessageStore, hold: PullHold, root: Path,
-                 replication: Replication, handlers: Mapping[int, Handler], *, clock: Clock = now_ms) -> None:
+                 replication: Replication, handlers: Mapping[int, Handler], topic_queues: TopicQueues, *,
+                 clock: Clock = now_ms) -> None:
         self.node = node
         self.now_ms = clock  # liveness of clients, queue locks
         self.config = config
@@ -95,8 +137,12 @@ class Broker:
         self.request_modes = RequestModeTable(root / "config" / "messageRequestMode.json")
         self.clients = ClientRegistry(ConsumerFilterTable(sql_enabled=self.settings.enable_property_filter))
         self.register_wanted = trio.Event()
-        self.nursery: trio.Nursery | None = None
-        self.bind(split_address(node.listen)[1])
+        self.notices = RebalanceNotices()  # the server runs it
+        self.topic_queues = topic_queues  # a topic's queues across the cluster, from the name servers
+        host, port = split_address(node.listen)
+        self.address = node.advertise or f"{host}:{port}"  # bind() sets them to the port picked
+        self.store_host = _store_host(host, port)
+        self.ha_address = f"{host}:{port + 1}"  # ha_bound() sets it to the HA listener's
         self.schedule = ScheduleService(store, root / "config", self.store_host)
         self.queue_locks = QueueLocks()
         self.names = RequestNames()  # topic and group names requests carry, checked before handlers
@@ -113,11 +159,16 @@ class Broker:
             code: (HEADER_TYPES[code], handler) for code, handler in handlers.items()}
 
     def bind(self, port: int) -> None:
-        """Set the address clients and records use (after the listener picked its port)."""
+        """The listener picked its port: set the address clients and records use (the delay and
+        transaction services' records too) and the HA address to offer (the next port)."""
         host = split_address(self.node.listen)[0]
         self.address = self.node.advertise or f"{host}:{port}"
-        self.store_host = (host if host not in ("0.0.0.0", "") else "127.0.0.1", port)
+        self.store_host = self.schedule.store_host = self.transactions.store_host = _store_host(host, port)
         self.ha_address = f"{host}:{port + 1}"
+
+    def ha_bound(self, address: str | None) -> None:
+        """The HA listener's address as it bound (None or empty: the strategy serves none)."""
+        self.ha_address = address or ""
 
     def process(self, request: RemotingCommand, conn: Connection) -> Reply:
         account = None
@@ -218,18 +269,7 @@ class Broker:
 
     def consumer_group_changed(self, group: str) -> None:
         """Tell the group's members to rebalance at once (NOTIFY_CONSUMER_IDS_CHANGED)."""
-        if self.nursery is None:
-            return
-        for conn in self.clients.connections(group):
-            if isinstance(conn, Connection) and not conn.closed.is_set():
-                self.nursery.start_soon(self._notify, conn, group)
-
-    async def _notify(self, conn: Connection, group: str) -> None:
-        try:
-            await conn.oneway(RemotingCommand(code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                              ext_fields={"consumerGroup": group}, language="JAVA"))
-        except RemotingError:
-            pass
+        self.notices.send(self.clients.connections(group), group)
 
     def producer_connections(self, group: str) -> list[object]:
         """Live connections of the group's producers (whom transaction checks go to)."""

@@ -4,12 +4,12 @@ connection closes, they unregister, or they stay silent too long."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from core.broker.consumer_filters import ConsumerFilterTable, FilterRefused
+from core.broker.consume.consumer_filters import ConsumerFilterTable, FilterRefused
 from core.filter.expression_types import TAG, is_tag_type
 from core.topic_names import group_problem, topic_problem
 from formats.tags import subscription_codes
@@ -60,7 +60,7 @@ _FROM_WHERE = MappingProxyType({0: "CONSUME_FROM_LAST_OFFSET", 4: "CONSUME_FROM_
                                 5: "CONSUME_FROM_TIMESTAMP"})
 
 
-def enum_name(value: object, names: dict[int, str], default: str) -> str:
+def enum_name(value: object, names: Mapping[int, str], default: str) -> str:
     """C++ sends enum numbers, Java sends names."""
     if isinstance(value, str) and not value.isdigit():
         return value

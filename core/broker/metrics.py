@@ -8,19 +8,37 @@ not counted at all.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
-from core.broker.consumer_admin import store_time
+from core.broker.admin.consumer_admin import store_time
+from core.broker.consume.long_polling import PullHold
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.meters import BrokerMeters
+from core.broker.pop.ledger import ReviveLedger
+from core.broker.replication import Replication
+from core.clock import Clock
+from core.config import ReplicationMode
 from core.metrics.exposition import Samples
 from core.metrics.labels import REMOTING, request_label, rpc_labels
-
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
+from core.store.message_store import MessageStore
 
 LAG_READS_MAX = 2000  # records a scrape reads for the age of groups' lag
 
 
-def fill_broker(broker: Broker, out: Samples) -> None:
+class MeteredBroker(Protocol):
+    """What a scrape reads of the broker (``Broker`` is one)."""
+
+    hold: PullHold
+    meters: BrokerMeters
+    now_ms: Clock
+    offsets: ConsumerOffsets
+    pop_ledgers: dict[int, ReviveLedger]
+    replication: Replication
+    replication_mode: ReplicationMode
+    store: MessageStore
+
+
+def fill_broker(broker: MeteredBroker, out: Samples) -> None:
     """Everything a broker exports, read now."""
     meters = broker.meters
     out.answers(meters.latency, rpc_labels(REMOTING))
@@ -49,7 +67,7 @@ def _pair(key: Hashable) -> tuple[str, str]:
     return str(first), str(second)
 
 
-def _store(broker: Broker, out: Samples) -> None:
+def _store(broker: MeteredBroker, out: Samples) -> None:
     store = broker.store
     out.add("rocketmq_store_size_bytes", max(0, store.log_end - store.log_start))
     commitlog = store.commitlog
@@ -58,7 +76,7 @@ def _store(broker: Broker, out: Samples) -> None:
     out.histogram("rocketmq_store_fsync_latency_seconds", store.stats.fsync_latency, lambda key: ())
 
 
-def _replication(broker: Broker, out: Samples) -> None:
+def _replication(broker: MeteredBroker, out: Samples) -> None:
     state = broker.replication.metrics()
     out.add("rocketmq_replication_mode_info", 1, broker.replication_mode, state.role)
     out.add("rocketmq_replication_slaves_connected", state.slaves_connected)
@@ -76,7 +94,7 @@ def _replication(broker: Broker, out: Samples) -> None:
         out.add("rocketmq_raft_elections_total", raft.elections)
 
 
-def _lag(broker: Broker, out: Samples, keys_max: int) -> None:
+def _lag(broker: MeteredBroker, out: Samples, keys_max: int) -> None:
     """Per group, topic and queue: messages stored beyond the group's committed offset; per
     group and topic, the age of the oldest of them (one record read per lagging queue, at most
     LAG_READS_MAX a scrape: the scrape runs on the broker's loop)."""
@@ -95,14 +113,14 @@ def _lag(broker: Broker, out: Samples, keys_max: int) -> None:
                     oldest_ms = None  # not known this scrape: no sample rather than a wrong one
                     continue
                 reads_left -= 1
-                stamp = store_time(broker, topic, queue_id, max(committed, 0))
+                stamp = store_time(store, topic, queue_id, max(committed, 0))
                 if stamp:
                     oldest_ms = min(oldest_ms, stamp)
         if oldest_ms is not None:
             out.add("rocketmq_consumer_lag_seconds", max(0, now - oldest_ms) / 1000, group, topic)
 
 
-def _pop_inflight(broker: Broker, out: Samples, keys_max: int) -> None:
+def _pop_inflight(broker: MeteredBroker, out: Samples, keys_max: int) -> None:
     counts: dict[tuple[str, str], int] = {}
     for ledger in list(broker.pop_ledgers.values()):
         for (group, topic), count in ledger.inflight().items():

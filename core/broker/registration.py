@@ -12,30 +12,46 @@ from __future__ import annotations
 
 import logging
 import zlib
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 import trio
 
+from core.broker.replication import Replication
+from core.broker.tables.topics import TopicTable
+from core.config import BrokerSettings
 from core.errors import RemotingError
+from core.node_specs import BrokerNode
 from core.remoting.client import RemotingClient
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
-
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
 MASTER_SEARCH_INTERVAL_S = 1.0
 
 
-def _ext(broker: Broker) -> dict[str, str]:
+class RegisteringBroker(Protocol):
+    """What registering with the name servers needs from the broker (``Broker`` is one)."""
+
+    address: str
+    cluster: str
+    ha_address: str
+    node: BrokerNode
+    register_wanted: trio.Event
+    replication: Replication
+    settings: BrokerSettings
+    topics: TopicTable
+
+    def master_learned(self, master_addr: str | None, ha_addr: str | None) -> None: ...
+
+
+def _ext(broker: RegisteringBroker) -> dict[str, str]:
     return {"brokerName": broker.node.name, "brokerAddr": broker.address, "clusterName": broker.cluster,
             "haServerAddr": broker.node.ha_advertise or broker.ha_address, "brokerId": str(broker.replication.broker_id)}
 
 
-async def register_all(broker: Broker, client: RemotingClient, namesrv: list[str], *,
+async def register_all(broker: RegisteringBroker, client: RemotingClient, namesrv: list[str], *,
                        changed: list[str] | None = None) -> int:
     """Register with each name server (``changed``: only those topics, an increment); returns
     how many accepted."""
@@ -70,7 +86,7 @@ async def register_all(broker: Broker, client: RemotingClient, namesrv: list[str
     return ok
 
 
-async def unregister_all(broker: Broker, client: RemotingClient, namesrv: list[str]) -> None:
+async def unregister_all(broker: RegisteringBroker, client: RemotingClient, namesrv: list[str]) -> None:
     async def one(addr: str) -> None:
         try:
             await client.invoke(addr, RemotingCommand(code=RequestCode.UNREGISTER_BROKER, ext_fields=_ext(broker)), 3)
@@ -82,7 +98,7 @@ async def unregister_all(broker: Broker, client: RemotingClient, namesrv: list[s
             nursery.start_soon(one, addr)
 
 
-async def registration_loop(broker: Broker, client: RemotingClient, namesrv: list[str]) -> None:
+async def registration_loop(broker: RegisteringBroker, client: RemotingClient, namesrv: list[str]) -> None:
     interval = broker.settings.register_interval_ms / 1000
     whole = True
     while True:

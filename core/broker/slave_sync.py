@@ -5,23 +5,35 @@ consumers that fail over to it keep their places and its routes match the master
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 import trio
 
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.tables.topics import TopicTable
+from core.config import BrokerSettings
 from core.errors import RemotingError
 from core.remoting.client import RemotingClient
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.request_headers import KNOWN_DATA_VERSION, UNCHANGED
 
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
-
 log = logging.getLogger(__name__)
 
 SYNC_TIMEOUT_S = 3.0
+
+
+class SyncingBroker(Protocol):
+    """What copying the master's metadata needs from the broker (``Broker`` is one)."""
+
+    master_addr: str | None
+    offsets: ConsumerOffsets
+    settings: BrokerSettings
+    slave_sync_wanted: trio.Event
+    topics: TopicTable
+
+    def topics_changed(self) -> None: ...
 
 
 async def _fetch(client: RemotingClient, master: str, code: int,
@@ -37,7 +49,7 @@ async def _fetch(client: RemotingClient, master: str, code: int,
     return doc
 
 
-async def sync_from_master(broker: Broker, client: RemotingClient, master: str) -> None:
+async def sync_from_master(broker: SyncingBroker, client: RemotingClient, master: str) -> None:
     """Copy the master's topics and consumer offsets once."""
     topics = await _fetch(client, master, RequestCode.GET_ALL_TOPIC_CONFIG,
                           {KNOWN_DATA_VERSION: broker.topics.version_tag()})
@@ -48,7 +60,7 @@ async def sync_from_master(broker: Broker, client: RemotingClient, master: str) 
         broker.offsets.merge_from(offsets)
 
 
-async def slave_sync_loop(broker: Broker, client: RemotingClient) -> None:
+async def slave_sync_loop(broker: SyncingBroker, client: RemotingClient) -> None:
     interval = broker.settings.slave_sync_interval_ms / 1000
     while True:
         master = broker.master_addr

@@ -10,13 +10,13 @@ import trio
 from core.acl.file import keep_acl_current
 from core.addresses import own_loopback, split_address
 from core.broker.broker import Broker
-from core.broker.long_polling import PullHold
+from core.broker.consume.long_polling import PullHold
+from core.broker.consume.topic_queues import TopicQueues
 from core.broker.metrics import fill_broker
 from core.broker.pop.revive import make_pop_ready, revive_loop
 from core.broker.registration import registration_loop, unregister_all
-from core.broker.request_table import HANDLERS
 from core.broker.slave_sync import slave_sync_loop
-from core.broker.topic_queues import TopicQueues
+from core.broker.wire.request_table import HANDLERS
 from core.config import Config
 from core.errors import ConfigError
 from core.metrics.exposition import node_registry
@@ -51,21 +51,19 @@ async def serve_broker(
             if replication is None:
                 raise ConfigError(f"no plugin provides replication.mode = {config.replication.mode!r} "
                                   f"(installed plugins: {', '.join(plugins.names)})")
-            broker = Broker(node, config, store, hold, root, replication, HANDLERS)
-            broker.topic_queues = TopicQueues(client, config.namesrv_addresses)
+            broker = Broker(node, config, store, hold, root, replication, HANDLERS,
+                            TopicQueues(client, config.namesrv_addresses))
             host, port = split_address(node.listen)
             served = False
             try:
                 async with trio.open_nursery() as nursery:
-                    broker.nursery = nursery
+                    await nursery.start(broker.notices.run)
                     bound = await nursery.start(lambda task_status: serve_remoting(
                         broker, host, port, plugins=plugins, on_close=broker.connection_closed,
                         frame_size_max=config.broker.frame_size_bytes_max, limits=config.broker.limits,
                         latency=broker.meters.latency, task_status=task_status))
                     broker.bind(bound)
-                    ha_address = await nursery.start(replication.serve, broker.ha_address)
-                    broker.ha_address = ha_address or ""
-                    broker.schedule.store_host = broker.transactions.store_host = broker.store_host
+                    broker.ha_bound(await nursery.start(replication.serve, broker.ha_address))
                     nursery.start_soon(_follow_role, broker, client)
                     nursery.start_soon(registration_loop, broker, client, config.namesrv_addresses)
                     nursery.start_soon(_housekeeping, broker)

@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 import trio.lowlevel
 
-from core.broker.batch_send import cluster_property
+from core.broker.produce.batch_send import cluster_property
 from core.config import StoreConfig
 from core.store.message_store import open_message_store
 from formats.batch import BatchItem, encode_batch

@@ -14,8 +14,8 @@ import pytest
 from core.acl.file import parse_acl
 from core.acl.permissions import PUB, SUB
 from core.acl.requests import ADMIN_CODES, NAMES_NOTHING, RULES, request_resources, rules_table
-from core.broker.request_names import GROUP_FIELDS, SHORT_GROUP_FIELDS, SHORT_TOPIC_FIELDS, TOPIC_FIELDS
-from core.broker.request_table import HANDLERS
+from core.broker.wire.request_names import GROUP_FIELDS, SHORT_GROUP_FIELDS, SHORT_TOPIC_FIELDS, TOPIC_FIELDS
+from core.broker.wire.request_table import HANDLERS
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
 from core.remoting.header_fields import wire_names

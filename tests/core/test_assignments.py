@@ -7,8 +7,8 @@ import orjson
 import pytest
 import trio
 
-from core.broker.assignments import allocate, assign
-from core.broker.request_modes import RequestMode, RequestModeError, RequestModeTable
+from core.broker.consume.assignments import allocate, assign
+from core.broker.consume.request_modes import RequestMode, RequestModeError, RequestModeTable
 from core.client.route import MessageQueue
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode

@@ -6,7 +6,7 @@ import time
 import pytest
 import trio
 
-from core.broker.schedule import ScheduleService, to_schedule, to_timer
+from core.broker.timers.schedule import ScheduleService, to_schedule, to_timer
 from core.config import ConfigError, StoreConfig, parse_delay_levels
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode

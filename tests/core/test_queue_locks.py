@@ -2,7 +2,7 @@
 
 import orjson
 
-from core.broker.queue_locks import LOCK_TTL_MS, LockedQueue, QueueLocks
+from core.broker.consume.queue_locks import LOCK_TTL_MS, LockedQueue, QueueLocks
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from tests.core.test_broker import broker  # noqa: F401  (fixture)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.broker.request_table import HANDLERS
+from core.broker.wire.request_table import HANDLERS
 from core.remoting.codes import RequestCode
 from core.remoting.command import RemotingCommand
 from core.remoting.header_fields import HeaderFieldError, RequestHeader, parse_declared, wire_names
@@ -27,7 +27,7 @@ from core.remoting.request_headers import (
 REPO = Path(__file__).resolve().parents[2]
 HANDLER_ROOM = REPO / "core" / "broker"
 # reads header fields by name before any handler runs, whatever the code: the name check
-RAW_FIELD_READERS = {"core/broker/request_names.py"}
+RAW_FIELD_READERS = {"core/broker/wire/request_names.py"}
 
 
 def test_every_code_the_broker_serves_has_a_declared_header_type():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import trio
 
-from core.broker.topics import version_tag
+from core.broker.tables.topics import version_tag
 from core.config import BrokerSettings
 from core.remoting.client import open_remoting_client
 from core.remoting.codes import RequestCode, ResponseCode

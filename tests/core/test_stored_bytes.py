@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from core.broker.batch_send import batch_records, record_batch
+from core.broker.produce.batch_send import batch_records, record_batch
 from core.config import StoreConfig
 from core.plugin_manager import PluginHost
 from core.plugin_markers import hookimpl

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from core.broker import change_journal
-from core.broker.subscription_groups import GroupConfigError, SubscriptionGroup, SubscriptionGroupTable
+from core.broker.tables import change_journal
+from core.broker.tables.subscription_groups import GroupConfigError, SubscriptionGroup, SubscriptionGroupTable
 
 
 def test_groups_are_kept_across_a_restart_and_deleted(tmp_path) -> None:

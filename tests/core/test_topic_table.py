@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import orjson
 
-from core.broker import change_journal
-from core.broker.topics import TopicConfig, TopicTable
+from core.broker.tables import change_journal
+from core.broker.tables.topics import TopicConfig, TopicTable
 
 
 def _table(path):

@@ -6,8 +6,8 @@ import time
 import pytest
 import trio
 
-from core.broker.transaction_service import TransactionDecisionError, TransactionService
-from core.broker.transactions import HalfTable, committed, is_half, to_half
+from core.broker.transactions.transaction_service import TransactionDecisionError, TransactionService
+from core.broker.transactions.transactions import HalfTable, committed, is_half, to_half
 from core.client.producer import Message
 from core.client.pull import PullStatus, pull
 from core.client.route import MessageQueue

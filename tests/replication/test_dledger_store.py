@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from core.broker.batch_send import record_batch
+from core.broker.produce.batch_send import record_batch
 from core.broker.replication import Replicated
 from core.config import Config, ReplicationConfig, StoreConfig
 from core.errors import ReadOnlyStoreError, StoreError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from core.broker.offsets import ConsumerOffsets
+from core.broker.consume.offsets import ConsumerOffsets
 from core.config import StoreConfig
 from core.store.message_store import opened_store
 from formats import sysflag as sf

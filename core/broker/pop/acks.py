@@ -13,18 +13,29 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
-from core.broker.pop.revive import REVIVE_QUEUES, ack_record, checkpoint_record, write_revive_records
+from core.broker.consume.long_polling import PullHold
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.pop.order import OrderBook
+from core.broker.pop.revive import (
+    REVIVE_QUEUES,
+    ReviveWriter,
+    ack_record,
+    checkpoint_record,
+    write_revive_records,
+)
 from core.clock import now_ms
+from core.node_specs import BrokerNode
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.remoting.header_fields import HeaderFieldError
 from core.remoting.pop_headers import AckHeader
 from core.remoting.request_headers import NoHeader
+from core.store.message_store import MessageStore
 from formats.pop import (
     CHECKPOINT_MESSAGES_MAX,
     ORDER_REVIVE_QID,
@@ -34,11 +45,20 @@ from formats.pop import (
     retry_topic,
 )
 
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
+
+class AckingBroker(ReviveWriter, Protocol):
+    """What acks and changes of invisible time need from their broker, besides writing revive
+    records (``Broker`` is one)."""
+
+    hold: PullHold
+    node: BrokerNode
+    offsets: ConsumerOffsets
+    pop_order: OrderBook
+    store: MessageStore
 
 
-def handle_batch_ack(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> Reply:
+def handle_batch_ack(broker: AckingBroker, header: NoHeader,
+                     request: RemotingCommand, conn: Connection) -> Reply:
     """BATCH_ACK_MESSAGE: per checkpoint, the acked offsets as a bitset over (offset - start)."""
     try:
         acks = batch_acks(request.body)
@@ -72,7 +92,7 @@ def batch_acks(body: bytes) -> list[tuple[int, Ack]]:
         raise HeaderFieldError(f"the batch ack body: {exc}") from None
 
 
-async def _write_batch_acks(broker: Broker, request: RemotingCommand, acks: list[tuple[int, Ack]]) -> RemotingCommand:
+async def _write_batch_acks(broker: AckingBroker, request: RemotingCommand, acks: list[tuple[int, Ack]]) -> RemotingCommand:
     records = []
     for revive_qid, ack in acks:
         if not 0 <= revive_qid < REVIVE_QUEUES:
@@ -82,15 +102,16 @@ async def _write_batch_acks(broker: Broker, request: RemotingCommand, acks: list
     return failed or request.reply(ResponseCode.SUCCESS)
 
 
-def handle_ack(broker: Broker, header: AckHeader, request: RemotingCommand, conn: Connection) -> Reply:
+def handle_ack(broker: AckingBroker, header: AckHeader, request: RemotingCommand, conn: Connection) -> Reply:
     return _ack_or_change(broker, header, request, change=False)
 
 
-def handle_change_invisible(broker: Broker, header: AckHeader, request: RemotingCommand, conn: Connection) -> Reply:
+def handle_change_invisible(broker: AckingBroker, header: AckHeader,
+                            request: RemotingCommand, conn: Connection) -> Reply:
     return _ack_or_change(broker, header, request, change=True)
 
 
-def _ack_or_change(broker: Broker, header: AckHeader, request: RemotingCommand, *, change: bool) -> Reply:
+def _ack_or_change(broker: AckingBroker, header: AckHeader, request: RemotingCommand, *, change: bool) -> Reply:
     config = broker.topics.get(header.topic)
     if config is None:
         return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
@@ -107,7 +128,7 @@ def _ack_or_change(broker: Broker, header: AckHeader, request: RemotingCommand, 
     return _write_ack(broker, request, header, change)
 
 
-def _ordered_ack(broker: Broker, request: RemotingCommand, header: AckHeader, change: bool) -> RemotingCommand:
+def _ordered_ack(broker: AckingBroker, request: RemotingCommand, header: AckHeader, change: bool) -> RemotingCommand:
     """A FIFO message acked (the group's offset moves past the acked prefix, waiting POPs wake)
     or given a new invisible time; nothing is written to the revive topic."""
     key = (header.group, header.topic, header.queue_id)
@@ -126,7 +147,7 @@ def _ordered_ack(broker: Broker, request: RemotingCommand, header: AckHeader, ch
     return request.reply(ResponseCode.SUCCESS)
 
 
-async def _write_ack(broker: Broker, request: RemotingCommand, header: AckHeader, change: bool) -> RemotingCommand:
+async def _write_ack(broker: AckingBroker, request: RemotingCommand, header: AckHeader, change: bool) -> RemotingCommand:
     handle = header.handle
     records = []
     reply_fields: dict[str, str] = {}

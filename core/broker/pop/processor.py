@@ -19,18 +19,25 @@ un-acked is handed out once more with its count raised (``orderCountInfo``).
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
-from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
-from core.broker.long_polling import ANY_QUEUE, HeldSlot
-from core.broker.pop.order import Turn
-from core.broker.pop.revive import REVIVE_QUEUES, checkpoint_record, write_revive_records
-from core.broker.pull import FILTER_SCAN_ENTRIES_MAX, matching_records
+from core.broker.clients import ClientRegistry
+from core.broker.consume.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
+from core.broker.consume.long_polling import ANY_QUEUE, HeldSlot, PullHold
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.consume.pull import FILTER_SCAN_ENTRIES_MAX, matching_records
+from core.broker.meters import BrokerMeters
+from core.broker.pop.order import OrderBook, Turn
+from core.broker.pop.revive import REVIVE_QUEUES, ReviveWriter, checkpoint_record, write_revive_records
+from core.broker.replication import Replication
 from core.clock import now_ms
+from core.config import BrokerSettings
+from core.node_specs import BrokerNode
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -41,12 +48,27 @@ from core.remoting.pop_headers import (
     NotificationHeader,
     PopHeader,
 )
+from core.store.message_store import MessageStore
 from formats.pop import ORDER_REVIVE_QID, RETRY_NORMAL, RETRY_V1, CheckPoint, retry_topic
 
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
-
 RETRY_FIRST_PERCENT = 20  # RocketMQ's popFromRetryProbability
+
+
+class PoppingBroker(ReviveWriter, Protocol):
+    """What POP and NOTIFICATION need from their broker, besides writing revive records
+    (``Broker`` is one)."""
+
+    clients: ClientRegistry
+    cold_read_lag_bytes: int
+    hold: PullHold
+    meters: BrokerMeters
+    node: BrokerNode
+    offsets: ConsumerOffsets
+    pop_order: OrderBook
+    pop_revive_turns: itertools.count[int]
+    replication: Replication
+    settings: BrokerSettings
+    store: MessageStore
 
 
 @dataclass(slots=True)
@@ -60,7 +82,7 @@ class Popped:
     rest: int = 0
 
 
-def handle_pop(broker: Broker, header: PopHeader, request: RemotingCommand, conn: Connection) -> Reply:
+def handle_pop(broker: PoppingBroker, header: PopHeader, request: RemotingCommand, conn: Connection) -> Reply:
     if header.max_msg_nums > POP_MESSAGES_MAX or header.max_msg_nums < 1:
         return request.reply(ResponseCode.INVALID_PARAMETER, f"maxMsgNums {header.max_msg_nums} is not in [1, 32]")
     config = broker.topics.get(header.topic)
@@ -81,11 +103,11 @@ def handle_pop(broker: Broker, header: PopHeader, request: RemotingCommand, conn
     return _pop(broker, request, conn, header, message_filter, queues)
 
 
-def _slot(broker: Broker, conn: Connection) -> HeldSlot:
+def _slot(broker: PoppingBroker, conn: Connection) -> HeldSlot:
     return broker.hold.slot(conn.attributes, broker.settings.held_pulls_per_connection_max)
 
 
-async def _pop(broker: Broker, request: RemotingCommand, conn: Connection, header: PopHeader,
+async def _pop(broker: PoppingBroker, request: RemotingCommand, conn: Connection, header: PopHeader,
                message_filter: MessageFilter, queues: list[int]) -> RemotingCommand:
     poll_s = min(max(header.poll_time_ms, 0), POLL_TIME_MAX_MS) / 1000
     deadline = trio.current_time() + poll_s
@@ -106,7 +128,7 @@ async def _pop(broker: Broker, request: RemotingCommand, conn: Connection, heade
                 await arrival.wait()
 
 
-def pop_once(broker: Broker, header: PopHeader, message_filter: MessageFilter, queues: list[int]) -> Popped:
+def pop_once(broker: PoppingBroker, header: PopHeader, message_filter: MessageFilter, queues: list[int]) -> Popped:
     """Read what one POP hands out; nothing is written yet."""
     popped = Popped()
     if header.order:  # FIFO: no retry topic, no checkpoint; one batch out per queue at a time
@@ -129,7 +151,7 @@ def pop_once(broker: Broker, header: PopHeader, message_filter: MessageFilter, q
     return popped
 
 
-def _pop_ordered(broker: Broker, header: PopHeader, message_filter: MessageFilter, queue_id: int,
+def _pop_ordered(broker: PoppingBroker, header: PopHeader, message_filter: MessageFilter, queue_id: int,
                  popped: Popped) -> None:
     key = (header.group, header.topic, queue_id)
     now = now_ms()
@@ -168,7 +190,7 @@ def _rotated(queues: list[int]) -> list[int]:
     return queues[first:] + queues[:first]
 
 
-def _start(broker: Broker, header: PopHeader, topic: str, queue_id: int) -> int:
+def _start(broker: PoppingBroker, header: PopHeader, topic: str, queue_id: int) -> int:
     """Where the group reads ``topic``/``queue_id`` next (initMode when it never did)."""
     committed = broker.offsets.get(header.group, topic, queue_id)
     store = broker.store
@@ -181,7 +203,7 @@ def _start(broker: Broker, header: PopHeader, topic: str, queue_id: int) -> int:
     return low
 
 
-def _whole_queue_in_memory(broker: Broker, topic: str, queue_id: int) -> bool:
+def _whole_queue_in_memory(broker: PoppingBroker, topic: str, queue_id: int) -> bool:
     """RocketMQ's exception to initMode MAX: a queue that still has its first message, near
     enough to the log's end to be read from memory, is read from the start (a new group of a
     new topic gets the messages sent before it came)."""
@@ -192,7 +214,7 @@ def _whole_queue_in_memory(broker: Broker, topic: str, queue_id: int) -> bool:
     return bool(first) and store.commitlog.write_offset - first[0][1].phys_offset <= broker.cold_read_lag_bytes
 
 
-def _pop_queue(broker: Broker, header: PopHeader, message_filter: MessageFilter | None, topic: str, queue_id: int,
+def _pop_queue(broker: PoppingBroker, header: PopHeader, message_filter: MessageFilter | None, topic: str, queue_id: int,
                flag: int, wanted: int, popped: Popped) -> None:
     store = broker.store
     start = _start(broker, header, topic, queue_id)
@@ -219,7 +241,7 @@ def _pop_queue(broker: Broker, header: PopHeader, message_filter: MessageFilter 
             offset_deltas=[o - start for o in offsets])))
 
 
-async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, popped: Popped) -> RemotingCommand:
+async def _answer(broker: PoppingBroker, request: RemotingCommand, header: PopHeader, popped: Popped) -> RemotingCommand:
     pop_time = now_ms()
     if header.order:
         return _answer_ordered(broker, request, header, popped, pop_time)
@@ -241,7 +263,7 @@ async def _answer(broker: Broker, request: RemotingCommand, header: PopHeader, p
     }, body=b"".join(popped.parts))
 
 
-def _answer_ordered(broker: Broker, request: RemotingCommand, header: PopHeader, popped: Popped,
+def _answer_ordered(broker: PoppingBroker, request: RemotingCommand, header: PopHeader, popped: Popped,
                     pop_time: int) -> RemotingCommand:
     for topic, queue_id, next_offset in popped.commits:  # only queues whose messages were all filtered out
         broker.offsets.commit(header.group, topic, queue_id, next_offset)
@@ -257,7 +279,7 @@ def _answer_ordered(broker: Broker, request: RemotingCommand, header: PopHeader,
         "orderCountInfo": ";".join(counts)}, body=b"".join(popped.parts))
 
 
-def handle_notification(broker: Broker, asked: NotificationHeader, request: RemotingCommand,
+def handle_notification(broker: PoppingBroker, asked: NotificationHeader, request: RemotingCommand,
                         conn: Connection) -> Reply:
     """NOTIFICATION: hasMsg at once when a POP would find a message, else after a long poll."""
     header = asked.as_pop()
@@ -270,7 +292,7 @@ def handle_notification(broker: Broker, asked: NotificationHeader, request: Remo
     return _notify(broker, request, conn, header, queues)
 
 
-async def _notify(broker: Broker, request: RemotingCommand, conn: Connection, header: PopHeader,
+async def _notify(broker: PoppingBroker, request: RemotingCommand, conn: Connection, header: PopHeader,
                   queues: list[int]) -> RemotingCommand:
     deadline = trio.current_time() + min(max(header.poll_time_ms, 0), POLL_TIME_MAX_MS) / 1000
     retry = retry_topic(header.group, header.topic, RETRY_V1)

@@ -21,24 +21,28 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import trio
 
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.meters import BrokerMeters
 from core.broker.pop.ledger import ReviveLedger
-from core.broker.responses import response_code
+from core.broker.produce.write_path import WritePath
+from core.broker.replication import Replication
+from core.broker.tables.topics import TopicTable
+from core.broker.wire.responses import response_code
 from core.clock import now_ms
 from core.errors import StoreError
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
+from core.store.message_store import MessageStore
 from formats.errors import FormatError
 from formats.pop import RETRY_V1, Ack, CheckPoint, retry_topic
 from formats.properties import TAGS, UNIQ_KEY
 from formats.record import MessageRecord
-
-if TYPE_CHECKING:
-    from core.broker.broker import Broker, Handler
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +55,52 @@ RECOVERY_SCAN_MAX = 200_000  # revive-queue entries read per queue to recover of
 FIRST_POP_TIME = "1ST_POP_TIME"
 
 
+class ReviveWriter(Protocol):
+    """What writing checkpoints and acks into the revive topic needs from the broker (POP and
+    acks write them too; ``Broker`` is one)."""
+
+    cluster: str
+    store_host: tuple[str, int]
+    topics: TopicTable
+    writes: WritePath
+
+    def topics_changed(self) -> None: ...
+
+
+class RevivingBroker(Protocol):
+    """What the revive loop and the recovery of POP offsets need from the broker (``Broker`` is one)."""
+
+    cluster: str
+    meters: BrokerMeters
+    offsets: ConsumerOffsets
+    pop_ledgers: dict[int, ReviveLedger]
+    pop_ready: trio.Event
+    store: MessageStore
+    store_host: tuple[str, int]
+    topics: TopicTable
+    writes: WritePath
+
+    def topics_changed(self) -> None: ...
+
+
+class PopGate(Protocol):
+    """What holding POP requests until the offsets are recovered needs from the broker."""
+
+    pop_ready: trio.Event
+    replication: Replication
+
+
+Gated = TypeVar("Gated", bound=PopGate)
+# a POP handler, typed by the broker it takes: when_pop_ready hands it the same one
+GatedHandler = Callable[[Gated, Any, RemotingCommand, Connection], Reply]
+
+
+
 def revive_topic(cluster: str) -> str:
     return f"rmq_sys_REVIVE_LOG_{cluster}"
 
 
-def _revive_record(broker: Broker, revive_qid: int, tag: str, body: bytes, uniq_key: str) -> MessageRecord:
+def _revive_record(broker: ReviveWriter, revive_qid: int, tag: str, body: bytes, uniq_key: str) -> MessageRecord:
     """A record of the revive topic (created on first use, one queue per revive queue id)."""
     topic = revive_topic(broker.cluster)
     if broker.topics.ensure(topic, REVIVE_QUEUES)[1]:
@@ -64,17 +109,17 @@ def _revive_record(broker: Broker, revive_qid: int, tag: str, body: bytes, uniq_
                          born_timestamp=now_ms(), born_host=broker.store_host, store_host=broker.store_host)
 
 
-def checkpoint_record(broker: Broker, revive_qid: int, ck: CheckPoint) -> MessageRecord:
+def checkpoint_record(broker: ReviveWriter, revive_qid: int, ck: CheckPoint) -> MessageRecord:
     return _revive_record(broker, revive_qid, "ck", ck.to_json(), f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@"
                           f"{ck.group}@{ck.pop_time_ms}@{ck.broker_name}@ck")
 
 
-def ack_record(broker: Broker, revive_qid: int, ack: Ack) -> MessageRecord:
+def ack_record(broker: ReviveWriter, revive_qid: int, ack: Ack) -> MessageRecord:
     return _revive_record(broker, revive_qid, ack.tag, ack.to_json(), f"{ack.topic}@{ack.queue_id}@{ack.offsets[0]}@"
                           f"{ack.group}@{ack.pop_time_ms}@{ack.broker_name}@{ack.tag}")
 
 
-async def write_revive_records(broker: Broker, request: RemotingCommand, records: list[MessageRecord],
+async def write_revive_records(broker: ReviveWriter, request: RemotingCommand, records: list[MessageRecord],
                                what: str) -> RemotingCommand | None:
     """Store checkpoints or acks and wait for the flush and replicas as a send would; None when
     done, else the error answer (nothing was handed out or acked)."""
@@ -92,7 +137,7 @@ async def write_revive_records(broker: Broker, request: RemotingCommand, records
     return None
 
 
-def recover_pop_offsets(broker: Broker) -> int:
+def recover_pop_offsets(broker: RevivingBroker) -> int:
     """Raise POP offsets to the end of every checkpoint after the revive progress; returns how
     many offsets moved."""
     store = broker.store
@@ -120,7 +165,7 @@ def recover_pop_offsets(broker: Broker) -> int:
     return moved
 
 
-def make_pop_ready(broker: Broker) -> None:
+def make_pop_ready(broker: RevivingBroker) -> None:
     """A broker that just became writable: raise the POP offsets from the stored checkpoints,
     then let POP requests in. On the trio thread, before anything else runs: it commits offsets,
     and the checkpoints since the revive progress are few."""
@@ -134,17 +179,17 @@ def make_pop_ready(broker: Broker) -> None:
     broker.pop_ready.set()
 
 
-def when_pop_ready(handler: Handler) -> Handler:
+def when_pop_ready(handler: GatedHandler[Gated]) -> GatedHandler[Gated]:
     """``handler`` for a POP request, run once a writable broker's POP offsets are recovered (at
     most :data:`POP_READY_WAIT_S` later: then SYSTEM_BUSY). A read-only broker answers at once."""
-    def handle(broker: Broker, header: object, request: RemotingCommand, conn: Connection) -> Reply:
+    def handle(broker: Gated, header: object, request: RemotingCommand, conn: Connection) -> Reply:
         if broker.pop_ready.is_set() or not broker.replication.writable:
             return handler(broker, header, request, conn)
         return _when_ready(handler, broker, header, request, conn)
     return handle
 
 
-async def _when_ready(handler: Handler, broker: Broker, header: object, request: RemotingCommand,
+async def _when_ready(handler: GatedHandler[Gated], broker: Gated, header: object, request: RemotingCommand,
                       conn: Connection) -> RemotingCommand | None:
     with trio.move_on_after(POP_READY_WAIT_S):
         while broker.replication.writable and not broker.pop_ready.is_set():
@@ -155,7 +200,7 @@ async def _when_ready(handler: Handler, broker: Broker, header: object, request:
     return await reply if inspect.isawaitable(reply) else reply
 
 
-async def revive_loop(broker: Broker) -> None:
+async def revive_loop(broker: RevivingBroker) -> None:
     """Run while this broker is writable (the caller cancels it when the role changes)."""
     topic = revive_topic(broker.cluster)
     ledgers = broker.pop_ledgers  # the metrics read what is in flight from them
@@ -170,7 +215,7 @@ async def revive_loop(broker: Broker) -> None:
         await trio.sleep(REVIVE_INTERVAL_S)
 
 
-async def revive_queue(broker: Broker, topic: str, qid: int, ledger: ReviveLedger) -> int:
+async def revive_queue(broker: RevivingBroker, topic: str, qid: int, ledger: ReviveLedger) -> int:
     """One round on one revive queue; returns how many messages went to retry topics."""
     store = broker.store
     if store.max_queue_offset(topic, qid) <= ledger.read_to + 1:
@@ -203,7 +248,7 @@ async def revive_queue(broker: Broker, topic: str, qid: int, ledger: ReviveLedge
     return revived
 
 
-async def _revive(broker: Broker, ck: CheckPoint) -> int:
+async def _revive(broker: RevivingBroker, ck: CheckPoint) -> int:
     """Put the un-acked messages of ``ck`` into the POP retry topic; how many."""
     store = broker.store
     target = ck.topic if ck.topic.startswith("%RETRY%") else retry_topic(ck.group, ck.topic, RETRY_V1)

@@ -5,14 +5,17 @@ SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME, LOCK/UNLOCK_BATCH_MQ."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
-from core.broker.clients import check_heartbeat
-from core.broker.consumer_filters import FilterRefused, build_filter
-from core.broker.queue_locks import LockedQueue
-from core.broker.topics import retry_topic
+from core.broker.clients import ClientRegistry, check_heartbeat
+from core.broker.consume.consumer_filters import FilterRefused, build_filter
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.consume.queue_locks import LockedQueue, QueueLocks
+from core.broker.tables.topics import TopicConfig, TopicTable, retry_topic
+from core.clock import Clock
+from core.config import BrokerSettings
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
@@ -25,13 +28,30 @@ from core.remoting.request_headers import (
     UnregisterClientHeader,
     UpdateConsumerOffsetHeader,
 )
+from core.store.message_store import MessageStore
 from core.topic_names import group_problem, topic_problem
 
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
+
+class ClientRequestBroker(Protocol):
+    """What clients' requests about themselves need from their broker (``Broker`` is one)."""
+
+    clients: ClientRegistry
+    now_ms: Clock
+    offsets: ConsumerOffsets
+    queue_locks: QueueLocks
+    settings: BrokerSettings
+    store: MessageStore
+    topics: TopicTable
+
+    def adopt_replicated_topic(self, topic: str) -> TopicConfig | None: ...
+
+    def consumer_group_changed(self, group: str) -> None: ...
+
+    def topics_changed(self) -> None: ...
 
 
-def heartbeat(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def heartbeat(broker: ClientRequestBroker, header: NoHeader,
+              request: RemotingCommand, conn: Connection) -> RemotingCommand:
     # the sender's language and version, for GET_CONSUMER_CONNECTION_LIST and the body shapes
     # sent to it (Java peers get fastjson's forms)
     conn.attributes["language"] = request.language
@@ -55,7 +75,7 @@ def heartbeat(broker: Broker, header: NoHeader, request: RemotingCommand, conn: 
     return request.reply(ResponseCode.SUCCESS)
 
 
-def check_client_config(broker: Broker, header: NoHeader, request: RemotingCommand,
+def check_client_config(broker: ClientRequestBroker, header: NoHeader, request: RemotingCommand,
                         conn: Connection) -> RemotingCommand:
     """CHECK_CLIENT_CONFIG: whether this broker can serve a subscription, asked by a consumer
     before it starts (RocketMQ's Java consumer does for every non-TAG subscription)."""
@@ -76,7 +96,7 @@ def check_client_config(broker: Broker, header: NoHeader, request: RemotingComma
     return request.reply(ResponseCode.SUCCESS)
 
 
-def unregister_client(broker: Broker, header: UnregisterClientHeader, request: RemotingCommand,
+def unregister_client(broker: ClientRequestBroker, header: UnregisterClientHeader, request: RemotingCommand,
                       conn: Connection) -> RemotingCommand:
     changed = broker.clients.unregister(header.client_id, header.producer_group, header.consumer_group)
     for group in changed:
@@ -84,7 +104,7 @@ def unregister_client(broker: Broker, header: UnregisterClientHeader, request: R
     return request.reply(ResponseCode.SUCCESS)
 
 
-def consumer_list(broker: Broker, header: ConsumerGroupHeader, request: RemotingCommand,
+def consumer_list(broker: ClientRequestBroker, header: ConsumerGroupHeader, request: RemotingCommand,
                   conn: Connection) -> RemotingCommand:
     group = header.consumer_group
     ids = broker.clients.consumer_ids(group)
@@ -93,7 +113,7 @@ def consumer_list(broker: Broker, header: ConsumerGroupHeader, request: Remoting
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))
 
 
-def query_consumer_offset(broker: Broker, header: QueryConsumerOffsetHeader, request: RemotingCommand,
+def query_consumer_offset(broker: ClientRequestBroker, header: QueryConsumerOffsetHeader, request: RemotingCommand,
                           conn: Connection) -> RemotingCommand:
     topic, queue_id = header.topic, header.queue_id
     offset = broker.offsets.get(header.consumer_group, topic, queue_id)
@@ -106,7 +126,7 @@ def query_consumer_offset(broker: Broker, header: QueryConsumerOffsetHeader, req
     return request.reply(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
 
-def update_consumer_offset(broker: Broker, header: UpdateConsumerOffsetHeader, request: RemotingCommand,
+def update_consumer_offset(broker: ClientRequestBroker, header: UpdateConsumerOffsetHeader, request: RemotingCommand,
                            conn: Connection) -> RemotingCommand:
     topic, queue_id = header.topic, header.queue_id
     # Each committed (group, topic, queue) is kept and written to consumerOffsets.json: only
@@ -128,21 +148,23 @@ def _answer_offset(request: RemotingCommand, header: QueueHeader | SearchOffsetH
     return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(lookup(header.topic, header.queue_id))})
 
 
-def max_offset(broker: Broker, header: QueueHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def max_offset(broker: ClientRequestBroker, header: QueueHeader,
+               request: RemotingCommand, conn: Connection) -> RemotingCommand:
     return _answer_offset(request, header, broker.store.max_queue_offset)
 
 
-def min_offset(broker: Broker, header: QueueHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def min_offset(broker: ClientRequestBroker, header: QueueHeader,
+               request: RemotingCommand, conn: Connection) -> RemotingCommand:
     return _answer_offset(request, header, broker.store.min_queue_offset)
 
 
-def search_offset(broker: Broker, header: SearchOffsetHeader, request: RemotingCommand,
+def search_offset(broker: ClientRequestBroker, header: SearchOffsetHeader, request: RemotingCommand,
                   conn: Connection) -> RemotingCommand:
     return _answer_offset(request, header, lambda topic, queue_id: broker.store.offset_by_time(
         topic, queue_id, header.timestamp))
 
 
-def earliest_store_time(broker: Broker, header: QueueHeader, request: RemotingCommand,
+def earliest_store_time(broker: ClientRequestBroker, header: QueueHeader, request: RemotingCommand,
                         conn: Connection) -> RemotingCommand:
     stamp = broker.store.earliest_store_time(header.topic, header.queue_id)
     if stamp is None:
@@ -169,7 +191,8 @@ def _lock_body(request: RemotingCommand) -> tuple[str, str, list[LockedQueue]]:
     return group, str(doc.get("clientId", "")), queues
 
 
-def lock_batch(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def lock_batch(broker: ClientRequestBroker, header: NoHeader,
+               request: RemotingCommand, conn: Connection) -> RemotingCommand:
     try:
         group, client_id, queues = _lock_body(request)
     except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
@@ -179,7 +202,8 @@ def lock_batch(broker: Broker, header: NoHeader, request: RemotingCommand, conn:
         {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id} for mq in locked]}))
 
 
-def unlock_batch(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def unlock_batch(broker: ClientRequestBroker, header: NoHeader,
+                 request: RemotingCommand, conn: Connection) -> RemotingCommand:
     try:
         group, client_id, queues = _lock_body(request)
     except (orjson.JSONDecodeError, ValueError, TypeError) as exc:

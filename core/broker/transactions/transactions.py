@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from core.broker.real_destination import real_destination
+from core.broker.timers.real_destination import real_destination
 from core.topic_names import TRANS_CHECK_MAX_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_TOPIC
 from formats.properties import PGROUP, REAL_QID, REAL_TOPIC, TAGS, TRAN_MSG
 from formats.record import Host, MessageRecord

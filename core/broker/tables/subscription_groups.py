@@ -1,5 +1,5 @@
 """Consumer groups an operator declares (``config/subscriptionGroup.json``, RocketMQ's
-SubscriptionGroupManager); the requests that keep them are in core/broker/admin.py.
+SubscriptionGroupManager); the requests that keep them are in core/broker/admin/admin.py.
 
 | request | what |
 |---|---|
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.broker.change_journal import ChangeJournal
+from core.broker.tables.change_journal import ChangeJournal
 from core.clock import now_ms
 from core.json_files import load_json
 from core.topic_names import group_problem
@@ -65,7 +65,7 @@ class SubscriptionGroup:
 
 class SubscriptionGroupTable:
     """The declared groups of one broker: ``subscriptionGroup.json`` and its journal of
-    changes (:mod:`core.broker.change_journal`), so a change costs the same at 5,000 groups as
+    changes (:mod:`core.broker.tables.change_journal`), so a change costs the same at 5,000 groups as
     at 5."""
 
     def __init__(self, path: Path) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from core.broker.change_journal import ChangeJournal
+from core.broker.tables.change_journal import ChangeJournal
 from core.clock import now_ms
 from core.json_files import load_json
 from core.topic_names import (
@@ -96,7 +96,7 @@ class TopicTable:
     """The broker's topics, with a data version bumped on every change.
 
     On disk: ``topics.json`` (RocketMQ's TopicConfigSerializeWrapper) and its journal of
-    changes (:mod:`core.broker.change_journal`), rewritten whole on :meth:`save`."""
+    changes (:mod:`core.broker.tables.change_journal`), rewritten whole on :meth:`save`."""
 
     def __init__(self, path: Path, *, auto_create: bool, default_queue_nums: int) -> None:
         self.path = path

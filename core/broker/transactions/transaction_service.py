@@ -24,8 +24,8 @@ from pathlib import Path
 
 import trio
 
-from core.broker.real_destination import real_destination
-from core.broker.transactions import (
+from core.broker.timers.real_destination import real_destination
+from core.broker.transactions.transactions import (
     HALF_QUEUE_ID,
     HalfTable,
     OpenHalf,

@@ -2,7 +2,7 @@
 (``config/messageRequestMode.json``, RocketMQ's MessageRequestModeManager): PULL, or POP with
 ``popShareQueueNum`` clients after a client sharing its queues (0 or less: every client POPs every
 queue). Set with SET_MESSAGE_REQUEST_MODE (401, ``mqctl group mode``); read by QUERY_ASSIGNMENT
-(core/broker/assignments.py).
+(core/broker/consume/assignments.py).
 
 The file, as RocketMQ writes it:
 

@@ -5,14 +5,27 @@ GET_ALL_SUBSCRIPTIONGROUP_CONFIG, DELETE_SUBSCRIPTIONGROUP with ``groupName``)."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
 from core.acl.permissions import SUB
-from core.broker.subscription_groups import BODY_BYTES_MAX as GROUP_BODY_BYTES_MAX
-from core.broker.subscription_groups import GroupConfigError, SubscriptionGroup
-from core.broker.topics import AUTO_CREATE_TOPIC, TopicConfig, queue_nums_problem, topic_problem
+from core.acl.requests import Resource
+from core.broker.clients import ClientRegistry
+from core.broker.consume.long_polling import PullHold
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.replication import Replication
+from core.broker.tables.subscription_groups import BODY_BYTES_MAX as GROUP_BODY_BYTES_MAX
+from core.broker.tables.subscription_groups import GroupConfigError, SubscriptionGroup, SubscriptionGroupTable
+from core.broker.tables.topics import (
+    AUTO_CREATE_TOPIC,
+    TopicConfig,
+    TopicTable,
+    queue_nums_problem,
+    topic_problem,
+)
+from core.config import BrokerSettings, ReplicationMode
+from core.node_specs import BrokerNode
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
@@ -25,14 +38,34 @@ from core.remoting.request_headers import (
     TransferLeadershipHeader,
     ViewMessageHeader,
 )
+from core.store.message_store import MessageStore
 from core.topic_names import group_problem, send_forbidden
 from formats.errors import RecordError
 
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
+
+class AdminBroker(Protocol):
+    """What the operator requests need from their broker (``Broker`` is one)."""
+
+    address: str
+    clients: ClientRegistry
+    groups: SubscriptionGroupTable
+    hold: PullHold
+    master_addr: str | None
+    node: BrokerNode
+    offsets: ConsumerOffsets
+    pid: int
+    replication: Replication
+    replication_mode: ReplicationMode
+    settings: BrokerSettings
+    store: MessageStore
+    topics: TopicTable
+
+    def acl_refusal(self, request: RemotingCommand, conn: Connection, resources: list[Resource]) -> str | None: ...
+
+    def topics_changed(self) -> None: ...
 
 
-def update_and_create_topic(broker: Broker, header: CreateTopicHeader, request: RemotingCommand,
+def update_and_create_topic(broker: AdminBroker, header: CreateTopicHeader, request: RemotingCommand,
                             conn: Connection) -> RemotingCommand:
     topic = header.topic
     problem = topic_problem(topic)
@@ -50,7 +83,7 @@ def update_and_create_topic(broker: Broker, header: CreateTopicHeader, request: 
     return request.reply(ResponseCode.SUCCESS)
 
 
-def all_topic_config(broker: Broker, header: AllTopicConfigHeader, request: RemotingCommand,
+def all_topic_config(broker: AdminBroker, header: AllTopicConfigHeader, request: RemotingCommand,
                      conn: Connection) -> RemotingCommand:
     """The whole topic table; to a slave that names the data version it holds (our own
     ``knownDataVersion`` field; stock callers never send it), only ``unchanged`` when that is
@@ -60,12 +93,13 @@ def all_topic_config(broker: Broker, header: AllTopicConfigHeader, request: Remo
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.topics.wrapper()))
 
 
-def all_consumer_offsets(broker: Broker, header: NoHeader, request: RemotingCommand,
+def all_consumer_offsets(broker: AdminBroker, header: NoHeader, request: RemotingCommand,
                          conn: Connection) -> RemotingCommand:
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.offsets.to_json()))
 
 
-def runtime_info(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+def runtime_info(broker: AdminBroker, header: NoHeader,
+                 request: RemotingCommand, conn: Connection) -> RemotingCommand:
     store = broker.store
     table = {
         "brokerVersionDesc": "mqctl", "brokerName": broker.node.name, "brokerId": str(broker.replication.broker_id),
@@ -82,7 +116,7 @@ def runtime_info(broker: Broker, header: NoHeader, request: RemotingCommand, con
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
 
 
-def transfer_leadership(broker: Broker, header: TransferLeadershipHeader, request: RemotingCommand,
+def transfer_leadership(broker: AdminBroker, header: TransferLeadershipHeader, request: RemotingCommand,
                         conn: Connection) -> RemotingCommand:
     target = header.target
     why = broker.replication.transfer_leadership(target)
@@ -91,7 +125,7 @@ def transfer_leadership(broker: Broker, header: TransferLeadershipHeader, reques
     return request.reply(ResponseCode.SUCCESS, f"leadership of {broker.node.name} goes to {target}")
 
 
-def view_message(broker: Broker, header: ViewMessageHeader, request: RemotingCommand,
+def view_message(broker: AdminBroker, header: ViewMessageHeader, request: RemotingCommand,
                  conn: Connection) -> RemotingCommand:
     offset = header.offset
     try:
@@ -108,7 +142,7 @@ def view_message(broker: Broker, header: ViewMessageHeader, request: RemotingCom
     return request.reply(ResponseCode.SUCCESS, body=broker.store.commitlog.read(offset, rec.total_size))
 
 
-def update_and_create_subscription_group(broker: Broker, header: NoHeader, request: RemotingCommand,
+def update_and_create_subscription_group(broker: AdminBroker, header: NoHeader, request: RemotingCommand,
                                          conn: Connection) -> RemotingCommand:
     body = request.body or b""
     if len(body) > GROUP_BODY_BYTES_MAX:
@@ -120,12 +154,12 @@ def update_and_create_subscription_group(broker: Broker, header: NoHeader, reque
     return request.reply(ResponseCode.SUCCESS)
 
 
-def all_subscription_groups(broker: Broker, header: NoHeader, request: RemotingCommand,
+def all_subscription_groups(broker: AdminBroker, header: NoHeader, request: RemotingCommand,
                             conn: Connection) -> RemotingCommand:
     return request.reply(ResponseCode.SUCCESS, body=orjson.dumps(broker.groups.wrapper()))
 
 
-def delete_subscription_group(broker: Broker, header: DeleteSubscriptionGroupHeader, request: RemotingCommand,
+def delete_subscription_group(broker: AdminBroker, header: DeleteSubscriptionGroupHeader, request: RemotingCommand,
                               conn: Connection) -> RemotingCommand:
     name = header.group_name
     if group_problem(name):

@@ -16,31 +16,45 @@ only the group, so an account could read any topic through its own DLQ.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from core.acl.permissions import SUB
-from core.acl.requests import resource
-from core.broker.responses import response_code
-from core.broker.topics import topic_problem
+from core.acl.requests import Resource, resource
+from core.broker.tables.topics import TopicTable, topic_problem
+from core.broker.timers.schedule import ScheduleService
+from core.broker.wire.responses import response_code
+from core.config import BrokerSettings
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
 from core.remoting.request_headers import ConsumerSendMsgBackHeader
+from core.store.message_store import MessageStore
 from core.topic_names import dlq_topic, retry_topic
 from formats.errors import RecordError
 from formats.msgid import encode_offset_msg_id
 from formats.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT
 from formats.record import MessageRecord
 
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
-
 RETRY_QUEUE_NUMS = 1
 DLQ_QUEUE_NUMS = 1
 FIRST_RETRY_LEVEL = 3  # RocketMQ: retry n waits level 3 + n (10s, 30s, 1m, 2m, ...)
 
 
-def handle_send_back(broker: Broker, header: ConsumerSendMsgBackHeader, request: RemotingCommand,
+class SendBackBroker(Protocol):
+    """What a message given back needs from its broker (``Broker`` is one)."""
+
+    schedule: ScheduleService
+    settings: BrokerSettings
+    store: MessageStore
+    store_host: tuple[str, int]
+    topics: TopicTable
+
+    def acl_refusal(self, request: RemotingCommand, conn: Connection, resources: list[Resource]) -> str | None: ...
+
+    def topics_changed(self) -> None: ...
+
+
+def handle_send_back(broker: SendBackBroker, header: ConsumerSendMsgBackHeader, request: RemotingCommand,
                      conn: Connection) -> RemotingCommand:
     group, offset = header.group, header.offset
     max_times = header.max_reconsume_times
@@ -71,7 +85,7 @@ def handle_send_back(broker: Broker, header: ConsumerSendMsgBackHeader, request:
     return request.reply(ResponseCode.SUCCESS)
 
 
-def _retry_record(broker: Broker, original: MessageRecord, offset: int, group: str, delay_level: int,
+def _retry_record(broker: SendBackBroker, original: MessageRecord, offset: int, group: str, delay_level: int,
                   max_times: int) -> MessageRecord:
     """The record to store for another try (or the dead letter)."""
     props = dict(original.properties)

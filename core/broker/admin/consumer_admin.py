@@ -47,13 +47,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
-from core.broker.clients import ConsumerClient, Subscription
-from core.broker.topics import retry_topic
+from core.broker.clients import ClientRegistry, ConsumerClient, Subscription
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.tables.topics import TopicTable, retry_topic
 from core.errors import RemotingError, RemotingTimeoutError
+from core.node_specs import BrokerNode
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
@@ -63,16 +65,24 @@ from core.remoting.request_headers import (
     ConsumeStatsHeader,
     ResetOffsetHeader,
 )
+from core.store.message_store import MessageStore
 from formats.errors import RecordError
-
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
 RESET_TO_END = -1  # INVOKE_BROKER_TO_RESET_OFFSET timestamp meaning "the max offset of each queue"
 FORWARD_TIMEOUT_S = 5.0  # how long an admin's GET_CONSUMER_RUNNING_INFO waits for the client
 _SORTED = orjson.OPT_SORT_KEYS
+
+
+class ConsumerAdminBroker(Protocol):
+    """What consumer administration needs from its broker (``Broker`` is one)."""
+
+    clients: ClientRegistry
+    node: BrokerNode
+    offsets: ConsumerOffsets
+    store: MessageStore
+    topics: TopicTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +110,7 @@ def _online(conn: object) -> bool:
 # ---------------------------------------------------------------------------- bodies
 
 
-def _queue(broker: Broker, topic: str, queue_id: int) -> dict[str, Any]:
+def _queue(broker: ConsumerAdminBroker, topic: str, queue_id: int) -> dict[str, Any]:
     return {"brokerName": broker.node.name, "queueId": queue_id, "topic": topic}
 
 
@@ -117,7 +127,7 @@ def queue_table(entries: Iterable[tuple[dict[str, Any], Any]], value_field: str 
 # ---------------------------------------------------------------------------- GET_CONSUME_STATS
 
 
-def progress_topics(broker: Broker, group: str) -> list[str]:
+def progress_topics(broker: ConsumerAdminBroker, group: str) -> list[str]:
     """The topics whose queues GET_CONSUME_STATS reports for ``group`` (those this broker has)."""
     subscribed = {topic for member in broker.clients.members(group) for topic in member.subscriptions}
     topics = subscribed or set(broker.offsets.topics_of(group))
@@ -125,17 +135,18 @@ def progress_topics(broker: Broker, group: str) -> list[str]:
     return sorted(t for t in topics if broker.topics.get(t) is not None)
 
 
-def store_time(broker: Broker, topic: str, queue_id: int, queue_offset: int) -> int:
-    entries = broker.store.queue_entries(topic, queue_id, queue_offset, 1)
+def store_time(store: MessageStore, topic: str, queue_id: int, queue_offset: int) -> int:
+    """When the record at ``queue_offset`` of the queue was stored (0: not there any more)."""
+    entries = store.queue_entries(topic, queue_id, queue_offset, 1)
     if not entries or entries[0][0] != queue_offset:
         return 0
     try:
-        return broker.store.read_record(entries[0][1].phys_offset).store_timestamp
+        return store.read_record(entries[0][1].phys_offset).store_timestamp
     except (KeyError, RecordError):
         return 0  # the record aged out of the CommitLog before its queue entry
 
 
-def queue_progress(broker: Broker, group: str, topic: str) -> list[QueueProgress]:
+def queue_progress(broker: ConsumerAdminBroker, group: str, topic: str) -> list[QueueProgress]:
     config = broker.topics.get(topic)
     if config is None:
         return []
@@ -143,12 +154,12 @@ def queue_progress(broker: Broker, group: str, topic: str) -> list[QueueProgress
     for queue_id in range(config.read_queue_nums):
         broker_offset = max(0, broker.store.max_queue_offset(topic, queue_id))
         consumer_offset = max(0, broker.offsets.get(group, topic, queue_id) or 0)
-        last = store_time(broker, topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
+        last = store_time(broker.store, topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
         out.append(QueueProgress(topic, queue_id, broker_offset, consumer_offset, last))
     return out
 
 
-def consume_stats(broker: Broker, header: ConsumeStatsHeader, request: RemotingCommand,
+def consume_stats(broker: ConsumerAdminBroker, header: ConsumeStatsHeader, request: RemotingCommand,
                   conn: Connection) -> RemotingCommand:
     group = header.consumer_group
     topics = [header.topic] if header.topic else progress_topics(broker, group)
@@ -175,7 +186,7 @@ def _connection(member: ConsumerClient) -> dict[str, Any]:
             "language": attributes.get("language", "OTHER"), "version": attributes.get("version", 0)}
 
 
-def consumer_connection_list(broker: Broker, header: ConsumerGroupHeader, request: RemotingCommand,
+def consumer_connection_list(broker: ConsumerAdminBroker, header: ConsumerGroupHeader, request: RemotingCommand,
                              conn: Connection) -> RemotingCommand:
     group = header.consumer_group
     members = broker.clients.members(group)
@@ -196,7 +207,7 @@ def consumer_connection_list(broker: Broker, header: ConsumerGroupHeader, reques
 # ---------------------------------------------------------------------------- INVOKE_BROKER_TO_RESET_OFFSET
 
 
-def reset_targets(broker: Broker, group: str, topic: str, timestamp_ms: int, *, force: bool) -> dict[int, int]:
+def reset_targets(broker: ConsumerAdminBroker, group: str, topic: str, timestamp_ms: int, *, force: bool) -> dict[int, int]:
     """The offset each queue of ``topic`` moves to (by queue id)."""
     config = broker.topics.get(topic)
     store = broker.store
@@ -214,7 +225,8 @@ def reset_targets(broker: Broker, group: str, topic: str, timestamp_ms: int, *, 
     return targets
 
 
-def reset_offset(broker: Broker, header: ResetOffsetHeader, request: RemotingCommand, conn: Connection) -> Reply:
+def reset_offset(broker: ConsumerAdminBroker, header: ResetOffsetHeader,
+                 request: RemotingCommand, conn: Connection) -> Reply:
     topic, group, timestamp = header.topic, header.group, header.timestamp
     if timestamp < RESET_TO_END:
         return request.reply(ResponseCode.SYSTEM_ERROR,
@@ -259,7 +271,7 @@ async def _tell_members(members: list[ConsumerClient], fields: dict[str, str],
 # ---------------------------------------------------------------------------- GET_CONSUMER_RUNNING_INFO
 
 
-def consumer_running_info(broker: Broker, header: ConsumerRunningInfoHeader, request: RemotingCommand,
+def consumer_running_info(broker: ConsumerAdminBroker, header: ConsumerRunningInfoHeader, request: RemotingCommand,
                           conn: Connection) -> Reply:
     """An admin's GET_CONSUMER_RUNNING_INFO, asked of the named client over its own connection."""
     group, client_id = header.consumer_group, header.client_id

@@ -14,7 +14,7 @@ its saved progress is the first entry not yet delivered. Times are kept to the m
 wheel ticks); a time in the past, or more than ``TIMER_MAX_DELAY_MS`` ahead, is refused by
 :func:`timer_due_ms` as RocketMQ refuses it, or delivered at once.
 
-A timer message can be recalled before it is due (RECALL_MESSAGE, core/broker/recall.py): a
+A timer message can be recalled before it is due (RECALL_MESSAGE, core/broker/timers/recall.py): a
 marker naming its UNIQ_KEY and due time goes into the queue after the timer queue, and the
 message is dropped when it falls due. Markers are read into memory as they are written and
 again from the whole queue after a restart (``RECALLS_MAX`` at once; a marker goes once its
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import trio
 
-from core.broker.real_destination import real_destination
+from core.broker.timers.real_destination import real_destination
 from core.clock import now_ms
 from core.errors import StoreError, UnsafePathError
 from core.json_files import load_json, save_json

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from core.broker.schedule import TimerRefused
+from core.broker.timers.schedule import TimerRefused
 from core.errors import DiskFullError, MessageTooLargeError, ReadOnlyStoreError, StoreClosedError, StoreError
 from core.remoting.codes import ResponseCode
 from core.remoting.header_fields import HeaderFieldError

@@ -2,7 +2,7 @@
 
 Header: ``producerGroup``, ``topic``, ``recallHandle`` (formats/recall.py: the send's answer for
 a timer message). The handle must name this broker, the request's topic and a time still ahead;
-the broker then stores a recall marker in the schedule topic (core/broker/schedule.py) and the
+the broker then stores a recall marker in the schedule topic (core/broker/timers/schedule.py) and the
 message is not delivered when it falls due. The answer's ``msgId`` is the recalled UNIQ_KEY.
 A recall of a message that is already delivered is refused (ILLEGAL_OPERATION), as RocketMQ
 refuses it; a recall of a handle this broker never gave out is harmless (nothing has that key).
@@ -10,21 +10,32 @@ refuses it; a recall of a handle this broker never gave out is harmless (nothing
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from core.broker.responses import response_code
+from core.broker.produce.write_path import WritePath
+from core.broker.tables.topics import TopicTable
+from core.broker.timers.schedule import ScheduleService
+from core.broker.wire.responses import response_code
 from core.clock import now_ms
+from core.node_specs import BrokerNode
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.remoting.request_headers import RecallMessageHeader
 from formats.recall import RecallHandle, RecallHandleError
 
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
+
+class RecallingBroker(Protocol):
+    """What RECALL_MESSAGE needs from its broker (``Broker`` is one)."""
+
+    node: BrokerNode
+    schedule: ScheduleService
+    topics: TopicTable
+    writes: WritePath
 
 
-def handle_recall(broker: Broker, header: RecallMessageHeader, request: RemotingCommand, conn: Connection) -> Reply:
+def handle_recall(broker: RecallingBroker, header: RecallMessageHeader,
+                  request: RemotingCommand, conn: Connection) -> Reply:
     topic = header.topic
     try:
         handle = RecallHandle.parse(header.recall_handle)

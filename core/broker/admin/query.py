@@ -13,15 +13,14 @@ QUERY_NOT_FOUND with a remark. Both carry ``indexLastUpdateTimestamp`` and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from core.config import BrokerSettings
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
 from core.remoting.request_headers import QueryMessageHeader
-
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
+from core.store.message_store import MessageStore
 
 DEFAULT_QUERY_MAX_NUM = 32  # messageStoreConfig.defaultQueryMaxNum
 QUERY_MAX_NUM_MAX = 64  # messageStoreConfig.maxMsgsNumBatch
@@ -29,7 +28,14 @@ QUERY_MAX_NUM_MAX = 64  # messageStoreConfig.maxMsgsNumBatch
 HEADER_ROOM_BYTES = 64 * 1024
 
 
-def handle_query_message(broker: Broker, header: QueryMessageHeader, request: RemotingCommand,
+class QueryingBroker(Protocol):
+    """What QUERY_MESSAGE needs from its broker (``Broker`` is one)."""
+
+    settings: BrokerSettings
+    store: MessageStore
+
+
+def handle_query_message(broker: QueryingBroker, header: QueryMessageHeader, request: RemotingCommand,
                          conn: Connection) -> RemotingCommand:
     max_num = DEFAULT_QUERY_MAX_NUM if header.unique_key_query else header.max_num
     if max_num < 1:
@@ -56,7 +62,7 @@ def handle_query_message(broker: Broker, header: QueryMessageHeader, request: Re
     return request.reply(ResponseCode.SUCCESS, ext_fields=ext, body=b"".join(parts))
 
 
-def _index_end(broker: Broker) -> dict[str, str]:
+def _index_end(broker: QueryingBroker) -> dict[str, str]:
     """Store time and CommitLog offset of the newest key-index entry (0 and 0 when empty)."""
     files = broker.store.index.files
     newest = files[-1] if files and files[-1].index_count > 1 else None

@@ -1,24 +1,34 @@
 """The broker's request table (RocketMQ's processor registration in BrokerController): each
-request code and the function that answers it. The server hands it to the Broker, so the broker
-module knows none of its handlers and they may all type their first argument as Broker. Each
-handler gets the request's header parsed with the code's declared type
-(core/remoting/request_headers.py, HEADER_TYPES, which has every code here)."""
+request code and the function that answers it, the one place that maps a code to a handler.
+
+A request's path from the door to its handler::
+
+    connection (core/remoting/server.py: one reader per client, frames decoded)
+      -> Broker.process (core/broker/broker.py: ACL, the header parsed once with the code's
+         declared type from core/remoting/request_headers.py, names checked: wire/request_names.py)
+      -> this table: code -> handler, handed to the Broker by the server (core/servers/broker.py)
+      -> handler(broker, header, request, conn), e.g. produce/send.py's handle_send
+
+The broker module knows none of its handlers; each handler types its broker as a Protocol of the
+members it uses (SendingBroker, PullingBroker, ...), and this table, typed with the Broker
+itself, is where mypy checks that the Broker is each of them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from core.broker import admin, assignments, client_requests, consumer_admin
+from core.broker.admin import admin, consumer_admin
+from core.broker.admin.query import handle_query_message
 from core.broker.broker import Handler
-from core.broker.end_transaction import handle_end_transaction
+from core.broker.consume import assignments, client_requests
+from core.broker.consume.pull import handle_pull
 from core.broker.pop import acks, processor
 from core.broker.pop.revive import when_pop_ready
-from core.broker.pull import handle_pull
-from core.broker.query import handle_query_message
-from core.broker.recall import handle_recall
-from core.broker.send import handle_send
-from core.broker.send_back import handle_send_back
+from core.broker.produce.send import handle_send
+from core.broker.produce.send_back import handle_send_back
+from core.broker.timers.recall import handle_recall
+from core.broker.transactions.end_transaction import handle_end_transaction
 from core.remoting.codes import RequestCode
 
 HANDLERS: Mapping[int, Handler] = MappingProxyType({

@@ -1,6 +1,6 @@
 """Queues balanced by the broker (RocketMQ's QueryAssignmentProcessor): QUERY_ASSIGNMENT (400)
 tells one client of a consumer group which queues of a topic to read, and how (PULL or POP);
-SET_MESSAGE_REQUEST_MODE (401) sets the how (core/broker/request_modes.py). RocketMQ's Java
+SET_MESSAGE_REQUEST_MODE (401) sets the how (core/broker/consume/request_modes.py). RocketMQ's Java
 clients since 5.0 ask this when their rebalance runs on the broker (POP consumers).
 
 Bodies (JSON), as RocketMQ's:
@@ -14,7 +14,7 @@ SET_MESSAGE_REQUEST_MODE  {"topic", "consumerGroup", "mode": "PULL" | "POP", "po
 ```
 
 The queues are the topic's readable ones across the cluster, from the name servers
-(core/broker/topic_queues.py); the clients are those with a heartbeat for the group here. Clustering:
+(core/broker/consume/topic_queues.py); the clients are those with a heartbeat for the group here. Clustering:
 - PULL: the strategy's share of the sorted queues for this client among the sorted client ids;
 - POP, ``popShareQueueNum`` <= 0, or at least the other clients' count: every client POPs every
   broker group whole (queue id -1);
@@ -30,11 +30,14 @@ naming why; an unknown topic stays an answer without assignments, as RocketMQ's.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
-from core.broker.request_modes import BODY_BYTES_MAX, RequestMode, RequestModeError
+from core.broker.clients import ClientRegistry
+from core.broker.consume.request_modes import BODY_BYTES_MAX, RequestMode, RequestModeError, RequestModeTable
+from core.broker.consume.topic_queues import TopicQueues
+from core.broker.tables.topics import TopicTable
 from core.client.route import MessageQueue
 from core.errors import RemotingError
 from core.remoting.codes import ResponseCode
@@ -42,9 +45,6 @@ from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.remoting.request_headers import NoHeader
 from core.topic_names import RETRY_PREFIX, group_problem, topic_problem
-
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,16 @@ CLIENT_ID_MAX = 255
 
 
 # ---------------------------------------------------------------------- allocation (pure)
+
+class AssigningBroker(Protocol):
+    """What QUERY_ASSIGNMENT and SET_MESSAGE_REQUEST_MODE need from their broker (``Broker`` is
+    one)."""
+
+    clients: ClientRegistry
+    request_modes: RequestModeTable
+    topic_queues: TopicQueues
+    topics: TopicTable
+
 
 def allocate(strategy: str, client: str, queues: list[MessageQueue], clients: list[str]) -> list[MessageQueue]:
     """``client``'s share of sorted ``queues`` among sorted ``clients`` (RocketMQ's AVG: a run
@@ -104,7 +114,7 @@ def _body(request: RemotingCommand) -> dict[str, Any]:
     return doc
 
 
-def set_message_request_mode(broker: Broker, header: NoHeader, request: RemotingCommand,
+def set_message_request_mode(broker: AssigningBroker, header: NoHeader, request: RemotingCommand,
                              conn: Connection) -> RemotingCommand:
     try:
         mode = RequestMode.from_json(_body(request))
@@ -119,7 +129,8 @@ def set_message_request_mode(broker: Broker, header: NoHeader, request: Remoting
     return request.reply(ResponseCode.SUCCESS)
 
 
-def query_assignment(broker: Broker, header: NoHeader, request: RemotingCommand, conn: Connection) -> Reply:
+def query_assignment(broker: AssigningBroker, header: NoHeader,
+                     request: RemotingCommand, conn: Connection) -> Reply:
     try:
         doc = _body(request)
         topic, group, client = (doc.get(k) for k in ("topic", "consumerGroup", "clientId"))
@@ -140,7 +151,7 @@ def query_assignment(broker: Broker, header: NoHeader, request: RemotingCommand,
     return _answer_assignment(broker, request, topic, group, client, strategy, model)
 
 
-async def _answer_assignment(broker: Broker, request: RemotingCommand, topic: str, group: str, client: str,
+async def _answer_assignment(broker: AssigningBroker, request: RemotingCommand, topic: str, group: str, client: str,
                              strategy: str, model: str) -> RemotingCommand:
     mode = broker.request_modes.get(topic, group)
     if topic.startswith(RETRY_PREFIX):

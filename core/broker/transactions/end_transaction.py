@@ -15,12 +15,13 @@ client that group is the topic's name, which anyone knows, so the group alone pr
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from core.acl.permissions import PUB
-from core.broker.real_destination import real_destination
-from core.broker.responses import response_code
-from core.broker.transaction_service import TransactionDecisionError
+from core.acl.requests import Resource
+from core.broker.timers.real_destination import real_destination
+from core.broker.transactions.transaction_service import TransactionDecisionError, TransactionService
+from core.broker.wire.responses import response_code
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
@@ -28,13 +29,18 @@ from core.remoting.request_headers import EndTransactionHeader
 from formats.record import MessageRecord
 from formats.sysflag import TRANSACTION_COMMIT, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK
 
-if TYPE_CHECKING:
-    from core.broker.broker import Broker
-
 log = logging.getLogger(__name__)
 
 
-def handle_end_transaction(broker: Broker, header: EndTransactionHeader, request: RemotingCommand,
+class TransactionEndingBroker(Protocol):
+    """What END_TRANSACTION needs from its broker (``Broker`` is one)."""
+
+    transactions: TransactionService
+
+    def acl_refusal(self, request: RemotingCommand, conn: Connection, resources: list[Resource]) -> str | None: ...
+
+
+def handle_end_transaction(broker: TransactionEndingBroker, header: EndTransactionHeader, request: RemotingCommand,
                            conn: Connection) -> RemotingCommand:
     decision = header.commit_or_rollback
     if decision == TRANSACTION_NOT_TYPE:  # the producer does not know yet: a later check asks again

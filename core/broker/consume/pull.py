@@ -5,24 +5,46 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from core.broker.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
+from core.broker.clients import ClientRegistry
+from core.broker.consume.consumer_filters import MATCH_ALL, FilterRefused, MessageFilter
+from core.broker.consume.long_polling import PullHold
+from core.broker.consume.offsets import ConsumerOffsets
+from core.broker.meters import BrokerMeters
+from core.broker.tables.topics import TopicConfig, TopicTable
+from core.config import BrokerSettings
 from core.node_specs import MASTER_ID
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection, Reply
 from core.remoting.request_headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
+from core.store.message_store import MessageStore
 from formats.errors import FormatError
 from formats.record import record_properties
 
 if TYPE_CHECKING:
-    from core.broker.broker import Broker
     from core.filter.sql92 import Selector
     from core.store.message_store import MessageStore
     from formats.consume_queue import CQEntry
+
+
+class PullingBroker(Protocol):
+    """What a pull needs from its broker (``Broker`` is one)."""
+
+    clients: ClientRegistry
+    hold: PullHold
+    meters: BrokerMeters
+    offsets: ConsumerOffsets
+    settings: BrokerSettings
+    store: MessageStore
+    topics: TopicTable
+
+    def adopt_replicated_topic(self, topic: str) -> TopicConfig | None: ...
+
+    def suggested_reader(self, lag_bytes: int) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +69,8 @@ class PullOutcome:
 FILTER_SCAN_ENTRIES_MAX = 1024
 
 
-def handle_pull(broker: Broker, header: PullHeader, request: RemotingCommand, conn: Connection) -> Reply:
+def handle_pull(broker: PullingBroker, header: PullHeader,
+                request: RemotingCommand, conn: Connection) -> Reply:
     config = broker.topics.get(header.topic) or broker.adopt_replicated_topic(header.topic)
     if config is None:
         return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
@@ -68,7 +91,7 @@ def handle_pull(broker: Broker, header: PullHeader, request: RemotingCommand, co
     return outcome.response(request)
 
 
-def _message_filter(broker: Broker, header: PullHeader) -> MessageFilter:
+def _message_filter(broker: PullingBroker, header: PullHeader) -> MessageFilter:
     """The pull's own subscription when it carries one, else the one its group's heartbeat
     registered (everything when none did, as before any heartbeat); raises FilterRefused."""
     if header.sys_flag & PULL_SUBSCRIPTION and header.subscription is not None:
@@ -81,7 +104,7 @@ def _message_filter(broker: Broker, header: PullHeader) -> MessageFilter:
                                              sub.version)
 
 
-def pull_once(broker: Broker, header: PullHeader, message_filter: MessageFilter = MATCH_ALL) -> PullOutcome:
+def pull_once(broker: PullingBroker, header: PullHeader, message_filter: MessageFilter = MATCH_ALL) -> PullOutcome:
     store = broker.store
     topic, queue_id, offset = header.topic, header.queue_id, header.queue_offset
     low = store.min_queue_offset(topic, queue_id)
@@ -141,7 +164,7 @@ def selected_by(selector: Selector, record: bytes) -> bool:
         return False  # a record the store cannot read back is skipped like one that does not match
 
 
-async def _held(broker: Broker, request: RemotingCommand, conn: Connection, header: PullHeader,
+async def _held(broker: PullingBroker, request: RemotingCommand, conn: Connection, header: PullHeader,
                 message_filter: MessageFilter) -> RemotingCommand:
     settings = broker.settings
     wait_ms = min(header.suspend_timeout_millis, settings.long_poll_suspend_max_ms) if settings.long_polling \

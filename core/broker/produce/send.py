@@ -8,14 +8,14 @@ import struct
 from typing import Protocol
 
 from core.addresses import split_address
-from core.broker.batch_send import BATCH_DELAY_REFUSED, batch_records, record_batch
 from core.broker.meters import BrokerMeters
-from core.broker.responses import response_code
-from core.broker.schedule import ScheduleService
-from core.broker.topics import TopicTable
-from core.broker.transaction_service import TransactionService
-from core.broker.transactions import is_half
-from core.broker.write_path import WritePath
+from core.broker.produce.batch_send import BATCH_DELAY_REFUSED, batch_records, record_batch
+from core.broker.produce.write_path import WritePath
+from core.broker.tables.topics import TopicTable
+from core.broker.timers.schedule import ScheduleService
+from core.broker.transactions.transaction_service import TransactionService
+from core.broker.transactions.transactions import is_half
+from core.broker.wire.responses import response_code
 from core.node_specs import BrokerNode
 from core.remoting.codes import ResponseCode
 from core.remoting.command import RemotingCommand

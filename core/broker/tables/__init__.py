@@ -1,0 +1,1 @@
+"""The broker's config tables on disk: topics, subscription groups, the change journal they grow by."""

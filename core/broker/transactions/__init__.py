@@ -1,0 +1,1 @@
+"""Transactional messages: halves and decisions, the service that checks them, END_TRANSACTION."""
