@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import MessageTooLargeError, StoreCorruptError
 from core.store.checkpoint import Checkpoint
 from core.store.mapped_file import MappedFile, MappedFileQueue
+from core.store.store_types import LogRecovery
 from formats.record import (
     BLANK_SIZE,
     MessageRecord,
@@ -35,17 +35,6 @@ from formats.segments import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LogRecovery:
-    """What CommitLog recovery found."""
-
-    scanned_from: int
-    end: int
-    records_scanned: int
-    cut_bytes: int  # bytes of a torn or damaged tail that were zeroed
-    cut_reason: str | None
 
 
 class CommitLog:

@@ -8,51 +8,41 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import trio
 
 from core.config import StoreConfig
 from core.store.commitlog import CommitLog
 from core.store.mapped_file import MappedFile
-from core.store.store_types import PutResult, StoreStatistics
-from core.store.store_upkeep import sync_all
-from formats.record import MessageRecord
+from core.store.store_types import StoreStatistics
+from core.store.write_gate import WriteGate
 
 log = logging.getLogger("core.store.message_store")
 
 
+def sync_all(files: list[MappedFile]) -> None:
+    """fdatasync each of ``files`` still open (blocks: run it in a worker thread)."""
+    for mf in files:
+        if not mf.closed:
+            mf.sync()
+
+
 class GroupCommit:
-    """Flushing of :class:`core.store.message_store.MessageStore` (a mixin)."""
+    """The flushing of one store's CommitLog (a failed flush closes ``gate`` to writes)."""
 
-    root: Path
-    config: StoreConfig
-    commitlog: CommitLog
-    stats: StoreStatistics
-    _open: bool
-    _refusal: str | None
-    _flush_failed: bool
-    # every waiter of a round shares the event of the flush that starts next
-    _next_round_done: trio.Event
-    _flush_waiters: int
-    _round_in_flight: trio.Event | None
-    _round_started: float | None
-    _flush_wanted: trio.Event
-
-    if TYPE_CHECKING:
-        def put(self, rec: MessageRecord) -> PutResult: ...
-
-    async def put_durable(self, rec: MessageRecord) -> PutResult:
-        """:meth:`put`, then under sync flush wait for the group commit that covers it."""
-        result = self.put(rec)
-        if self.config.flush != "sync":
-            return result
-        flushed = await self.wait_flushed(result.phys_offset + result.size,
-                                          self.config.sync_flush_timeout_ms / 1000)
-        if flushed:
-            return result
-        return PutResult(result.phys_offset, result.queue_offset, result.size,
-                         result.store_timestamp, flushed=False)
+    def __init__(self, root: Path, config: StoreConfig, commitlog: CommitLog, stats: StoreStatistics,
+                 gate: WriteGate) -> None:
+        self.root = root
+        self.config = config
+        self.commitlog = commitlog
+        self.stats = stats
+        self.gate = gate
+        # every waiter of a round shares the event of the flush that starts next
+        self._next_round_done = trio.Event()
+        self._flush_waiters = 0
+        self._round_in_flight: trio.Event | None = None
+        self._round_started: float | None = None
+        self._flush_wanted = trio.Event()
 
     async def wait_flushed(self, offset: int, timeout_s: float = math.inf) -> bool:
         """Wait until the CommitLog is durable up to ``offset``; False on timeout.
@@ -70,8 +60,9 @@ class GroupCommit:
             if trio.current_time() >= deadline:
                 return False
         self._flush_waiters += 1
+        gate = self.gate
         try:
-            while log_.flushed_offset < offset and self._open:
+            while log_.flushed_offset < offset and gate.open:
                 self._flush_wanted.set()
                 await self._next_round_done.wait()
                 if trio.current_time() >= deadline:
@@ -80,7 +71,7 @@ class GroupCommit:
             self._flush_waiters -= 1
         return log_.flushed_offset >= offset
 
-    async def _flush_watchdog(self) -> None:
+    async def watchdog(self) -> None:
         """Wake flush waiters now and then while a flush is stalled, so timeouts fire."""
         period = self.config.sync_flush_timeout_ms / 1000 / 4
         while True:
@@ -111,7 +102,11 @@ class GroupCommit:
             self._round_started = None
             done.set()
 
-    async def _flush_loop(self) -> None:
+    def release_waiters(self) -> None:
+        """The store closes: whoever waits for a flush stops waiting."""
+        self._next_round_done.set()
+
+    async def loop(self) -> None:
         interval = self.config.flush_interval_ms / 1000
         while True:
             if self.config.flush == "sync":
@@ -127,10 +122,8 @@ class GroupCommit:
                 # After a failed fsync the kernel may have dropped the dirty pages: nothing
                 # written since can be promised durable. Refuse writes; waiters time out.
                 log.critical("store %s: flush failed, refusing writes: %s", self.root, exc)
-                self._flush_failed = True
-                self._refusal = f"flushing the CommitLog failed ({exc}); writes refused"
+                self.gate.fail_flush(f"flushing the CommitLog failed ({exc}); writes refused")
                 await trio.sleep(interval)
-
 
 def _timed_sync(segments: list[MappedFile]) -> float:
     """:func:`sync_all` in a worker thread; the seconds it took."""

@@ -276,6 +276,16 @@ class KeyIndex:
             self.files.append(ix)
         self._room = self.files[-1].room() if self.files else 0
 
+    def truncate(self, log_end: int) -> None:
+        """The CommitLog was cut at ``log_end``: files that begin at or past it go, the others
+        end before it (their entries past it are stale: lookups check every record they find,
+        and records written there anew are indexed again)."""
+        while self.files and self.files[-1].index_count > 1 and self.files[-1].begin_phy >= log_end:
+            self.files.pop().mf.destroy()
+        for ix in self.files:
+            ix.clamp_end(log_end)
+        self._room = self.files[-1].room() if self.files else 0
+
     def _new_file(self) -> IndexFile:
         self.directory.mkdir(parents=True, exist_ok=True)
         now = time.time()

@@ -40,17 +40,17 @@ from formats.sysflag import BORNHOST_V6, STOREHOST_V6, is_dispatched
 
 
 class DispatchingStore(Protocol):
-    """What a dispatch needs of its store (the message store is one)."""
+    """What a dispatch needs of its store (:class:`core.store.dispatcher.Dispatcher` is it)."""
 
     root: Path
     plugins: StoreHooks | None
     queues: ConsumeQueueTable
     index: KeyIndex
-    _notify_dispatch: bool
-    _index_enabled: bool
-    _delay_levels_ms: tuple[int, ...]
-    _last_store_ts: int
-    _last_dispatch_ts: int
+    notify_dispatch: bool
+    index_enabled: bool
+    delay_levels_ms: tuple[int, ...]
+    last_store_ts: int
+    last_dispatch_ts: int
 
 # What records are read from: a mapped segment or data file (its slices are bytes, which name a
 # topic in a dict and outlive the map).
@@ -71,10 +71,10 @@ class LogDispatch:
         self.count = 0
         self.stamp = 0
         self.index_entries: list[tuple[int, int, int]] = []  # of records dispatched alone, in log order
-        self.units: list[DispatchUnit] | None = [] if store._notify_dispatch else None
+        self.units: list[DispatchUnit] | None = [] if store.notify_dispatch else None
         self._queues = store.queues.queues
         self._index = store.index
-        self._index_on = store._index_enabled
+        self._index_on = store.index_enabled
         self._topics: dict[bytes, str] = {}
         self._run: tuple[str, int, int] | None = None  # topic, queue id, sysflag
         self._first_qo = self._next_qo = 0
@@ -165,7 +165,7 @@ class LogDispatch:
 
     def _add_fields(self, fields: DispatchFields, keys: list[str] | None) -> None:
         topic, queue_id, queue_offset, phys, total, _, stamp, sysflag, props = fields
-        tags = record_tags_code(topic, props, stamp, self.store._delay_levels_ms)
+        tags = record_tags_code(topic, props, stamp, self.store.delay_levels_ms)
         if is_dispatched(sysflag):
             cq = self._queues.get((topic, queue_id)) or self.store.queues.get_or_create_for_log(topic, queue_id)
             if cq is not None:
@@ -220,9 +220,9 @@ class LogDispatch:
             store.index.ensure_room(1)
             store.index.put_many(self.index_entries)
         if self.count:
-            store._last_store_ts = store._last_dispatch_ts = self.stamp
+            store.last_store_ts = store.last_dispatch_ts = self.stamp
         if self.units and store.plugins is not None:
-            store.plugins.records_dispatched(store.root, DispatchBatch(self.units, store._delay_levels_ms))
+            store.plugins.records_dispatched(store.root, DispatchBatch(self.units, store.delay_levels_ms))
         return self.count
 
 

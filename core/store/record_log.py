@@ -13,48 +13,24 @@
   next turn
 ```
 The write path is one straight line whichever log a store has; the log is chosen once, when
-the store is made, and can be driven and measured on its own.
+the store is made (its interface is :class:`core.store.interfaces.RecordLog`), and can be
+driven and measured on its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import accumulate
-from typing import Protocol
 
 from core.store.commitlog import CommitLog
-from core.store.dispatch import Appended, BatchAppended
+from core.store.interfaces import KeptUnits, RecordLog, Recovery, Retention
 from formats.record import MessageRecord, PreparedRecord
 from formats.record_batch import RecordBatch
-
-# What a store keeps of records just written until they are dispatched: one record each, or a
-# batch put as one.
-KeptUnits = list[Appended] | list[BatchAppended]
-
-
-class RecordLog(Protocol):
-    """Where a store's puts go."""
-
-    def placements(self, sizes: list[int]) -> list[int] | None:
-        """Where records of these sizes will lie, stored back to back next (room is made for
-        them); None when they cannot be stored together (more than a segment)."""
-
-    def write_records(self, records: Sequence[MessageRecord], preps: Sequence[PreparedRecord],
-                      queue_offsets: Sequence[int], stamp: int) -> list[int]:
-        """Write records of one topic, queue and sysflag (room made with :meth:`placements`
-        when more than one); their physical offsets. Raises when the log refuses them."""
-
-    def write_batch(self, batch: RecordBatch, offsets: list[int], queue_offsets: Sequence[int], stamp: int) -> None:
-        """Write a batch's records at ``offsets`` (from :meth:`placements`)."""
-
-    def keep(self, units: KeptUnits, count: int, last_phys: int) -> None:
-        """Hold the ``count`` records just written for dispatch (``last_phys``: the last one's
-        offset)."""
 
 
 class CommitLogWriter:
     """A master's (or a single broker's) :class:`RecordLog`: records go into the CommitLog
-    and are dispatched soon after (``keep`` is the store's pending list)."""
+    and are dispatched soon after (``keep`` is the dispatcher's pending list)."""
 
     def __init__(self, commitlog: CommitLog, keep: Callable[[KeptUnits, int, int], None]) -> None:
         self.commitlog = commitlog
@@ -73,3 +49,22 @@ class CommitLogWriter:
 
     def write_batch(self, batch: RecordBatch, offsets: list[int], queue_offsets: Sequence[int], stamp: int) -> None:
         self.commitlog.append_parts(batch.encode(offsets, queue_offsets, stamp), offsets[-1] + batch.sizes[-1] - offsets[0])
+
+    def truncate(self, end: int) -> int:
+        return self.commitlog.truncate(end)
+
+    def writes_resumed(self) -> None:
+        pass  # nothing outlives a put here: it is dispatched on the loop's next turn
+
+
+class ClassicParts:
+    """The classic CommitLog's :class:`core.store.interfaces.LogParts`."""
+
+    def __init__(self, log: RecordLog, recovery: Recovery, retention: Retention) -> None:
+        self.log = log
+        self.recovery = recovery
+        self.retention = retention
+
+    def close(self) -> None:
+        pass  # the store closes the CommitLog itself
+

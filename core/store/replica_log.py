@@ -1,64 +1,30 @@
-"""A log that grows from outside: a slave's bytes copied from its master, a raft member's
-entries, and the dispatch of the records they hold (RocketMQ's ReputMessageService for a log
-it did not write itself), plus cutting such a log where it stops agreeing with its source; and
-the log as replication reads it, by offset (``log_*``): a master streams it, a slave compares
-it. Replication uses these and never the CommitLog itself."""
+"""The replica applier: a log that grows from outside (a slave's bytes copied from its master)
+and the dispatch of the records they hold (RocketMQ's ReputMessageService for a log it did not
+write itself); and the log as replication reads it, by offset (``log_*``): a master streams it,
+a slave compares it. Replication uses these (through the store) and never the CommitLog itself.
+Cutting a replica's log where it stops agreeing with its master is the store's
+``truncate``."""
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import trio
 
 from core.errors import DiskFullError, StoreClosedError, StoreError
 from core.store.commitlog import CommitLog
-from core.store.consume_queue import ConsumeQueueTable
-from core.store.key_index import KeyIndex
-from core.store.log_dispatch import LogDispatch
-from core.store.store_types import StoreHooks
+from core.store.dispatcher import Dispatcher
+from core.store.prefault import Prefaulter
+from core.store.write_gate import WriteGate
 
 
 class ReplicaLog:
-    """The replica side of :class:`core.store.message_store.MessageStore` (a mixin)."""
+    """Reads the CommitLog by offset and grows it with a master's bytes."""
 
-    root: Path
-    plugins: StoreHooks | None
-    commitlog: CommitLog
-    queues: ConsumeQueueTable
-    index: KeyIndex
-    reput_offset: int
-    _open: bool
-    _read_only: str | None
-    _disk_full: str | None
-    _refusal: str | None
-    _flush_failed: bool
-    _notify_dispatch: bool
-    _index_enabled: bool
-    _delay_levels_ms: tuple[int, ...]
-    _last_store_ts: int
-    _last_dispatch_ts: int
-    _log_grew: trio.Event
-    _prefault_wanted: trio.Event
-    _prefault_half_window: int
-    _populated_until: int
-
-    if TYPE_CHECKING:
-        def dispatch_pending(self) -> int: ...
-
-    @property
-    def log_end(self) -> int:
-        """Where the log's next byte goes (the CommitLog's write offset)."""
-        return self.commitlog.write_offset
-
-    @property
-    def log_start(self) -> int:
-        """The log's first byte still on disk."""
-        return self.commitlog.min_offset
-
-    @property
-    def log_segment_size(self) -> int:
-        return self.commitlog.segment_size
+    def __init__(self, commitlog: CommitLog, dispatcher: Dispatcher, gate: WriteGate, prefault: Prefaulter) -> None:
+        self.commitlog = commitlog
+        self.dispatcher = dispatcher
+        self.gate = gate
+        self.prefault = prefault
+        self.grown = False  # whether bytes were appended here (a tail may end inside a record)
 
     def read_log(self, position: int, size_max: int) -> bytes:
         """Up to ``size_max`` bytes from ``position``, stopping at the log's end and at the end
@@ -69,42 +35,32 @@ class ReplicaLog:
         size = min(size_max, self.commitlog.write_offset - position, seg.end - position)
         return seg.read(position - seg.start, size) if size > 0 else b""
 
-    def record_start_at_or_before(self, target: int) -> int:
-        """The start of the last complete record at or before ``target`` (or its segment's start)."""
-        return self.commitlog.record_start_at_or_before(target)
-
-    def first_difference(self, offset: int, data: bytes) -> int | None:
-        """Where ``data``, another log's bytes at ``offset``, first differs from this log."""
-        return self.commitlog.first_difference(offset, data)
-
-    def set_read_only(self, reason: str | None) -> None:
-        """Refuse (with ``reason``) or allow local writes: a replica's log only grows by
-        :meth:`append_replicated`, so its bytes stay its master's."""
-        self._read_only = reason
-        if self._open and not self._flush_failed:
-            self._refusal = reason or self._disk_full
-
     def append_replicated(self, offset: int, data: bytes) -> None:
         """Append bytes a master's log holds at ``offset``; :meth:`dispatch_replicated` then
         makes their records visible."""
-        if self._disk_full is not None:
-            raise DiskFullError(self._disk_full)
-        if not self._open:
+        gate = self.gate
+        if gate.disk_full is not None:
+            raise DiskFullError(gate.disk_full)
+        if not gate.open:
             raise StoreClosedError("the store is not open")
         self.commitlog.append_replicated(offset, data)
-        self.reput_offset = max(self.reput_offset, self.commitlog.min_offset)  # a log that began mid-way
-        if self._populated_until - (offset + len(data)) < self._prefault_half_window:
-            self._prefault_wanted.set()  # as for a put: fault the pages ahead in a thread, not here
+        self.grown = True
+        dispatcher = self.dispatcher
+        dispatcher.reput_offset = max(dispatcher.reput_offset, self.commitlog.min_offset)  # a log that began mid-way
+        prefault = self.prefault
+        if prefault.populated_until - (offset + len(data)) < prefault.half_window:
+            prefault.wanted.set()  # as for a put: fault the pages ahead in a thread, not here
 
     def dispatch_replicated(self) -> int:
         """Dispatch every record that replicated bytes completed; returns how many. A chunk
         may end inside a record: that one waits for the chunk holding its end. A replica's hot
         loop, a segment at a time (:mod:`core.store.log_dispatch`)."""
-        self.dispatch_pending()
+        dispatcher = self.dispatcher
+        dispatcher.dispatch_pending()
         log_ = self.commitlog
         log_end = log_.write_offset
-        reput = self.reput_offset
-        batch = self.dispatch_batch()
+        reput = dispatcher.reput_offset
+        batch = dispatcher.batch()
         while reput < log_end:
             seg = log_.segment_of(reput)
             if seg is None:
@@ -115,30 +71,22 @@ class ReplicaLog:
             if base + pos == reput:
                 break
             reput = base + pos
-        self.reput_offset = reput
+        dispatcher.reput_offset = reput
         return batch.finish()
 
-    def dispatch_batch(self) -> LogDispatch:
-        """A batch for dispatching records found in the log (a replica's or a raft log's):
-        :meth:`LogDispatch.scan` or :meth:`LogDispatch.add` them, then
-        :meth:`LogDispatch.finish`."""
-        return LogDispatch(self)
-
-    def truncate_replica(self, end: int) -> int:
-        """Cut a replica's log (and the queue entries pointing into the cut) at ``end``, where
-        it stops agreeing with its master; returns the bytes cut. Stale key-index entries stay:
-        lookups check every record they find."""
-        self.dispatch_pending()
-        cut = self.commitlog.truncate(end)
-        for cq in self.queues.queues.values():
-            cq.truncate(end)
-        self.reput_offset = min(self.reput_offset, end)
-        return cut
+    def incomplete_tail(self) -> int | None:
+        """Where a record the master has not finished sending begins, when the log ends inside
+        one (after :meth:`dispatch_replicated`); None when it ends at a record's end."""
+        if not self.grown:
+            return None
+        self.dispatch_replicated()
+        reput = self.dispatcher.reput_offset
+        return reput if reput < self.commitlog.write_offset else None
 
     async def wait_log_beyond(self, offset: int) -> None:
         """Return once the CommitLog extends past ``offset``."""
+        dispatcher = self.dispatcher
         while self.commitlog.write_offset <= offset:
-            if self._log_grew.is_set():
-                self._log_grew = trio.Event()
-            await self._log_grew.wait()
-
+            if dispatcher.log_grew.is_set():
+                dispatcher.log_grew = trio.Event()
+            await dispatcher.log_grew.wait()

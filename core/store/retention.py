@@ -1,5 +1,5 @@
-"""Retention and disk space: which segments have outlived their time, archiving them, and how
-full the disk is."""
+"""Retention and disk space: which segments have outlived their time, and how full the disk
+is. :class:`AgeRetention` is the classic CommitLog's :class:`core.store.interfaces.Retention`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+from core.config import StoreConfig
+from core.store.commitlog import CommitLog
 from core.store.mapped_file import MappedFile
 
 
@@ -32,3 +34,15 @@ def expired_segments(
             break
         out.append(seg)
     return out
+
+
+class AgeRetention:
+    """The CommitLog's segments past ``store.retention_hours`` (:func:`expired_segments`)."""
+
+    def __init__(self, commitlog: CommitLog, config: StoreConfig) -> None:
+        self.commitlog = commitlog
+        self.config = config
+
+    def take(self, now: float | None) -> list[MappedFile]:
+        return expired_segments(self.commitlog.files.files, self.commitlog.flushed_offset, self.config.retention_hours,
+                                now)

@@ -1,10 +1,10 @@
 """Reading a store: records by CommitLog offset, ConsumeQueue entries and bounds, offsets by
-time, and records by key (the MessageStore's read side, RocketMQ's getMessage and friends)."""
+time, and records by key (the MessageStore's read side, RocketMQ's getMessage and friends).
+Every read dispatches what was put before it first, so readers see every record put."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
 
 import trio
 
@@ -19,15 +19,15 @@ LARGE_READ_BYTES = 64 * 1024  # reads this large go through a worker thread
 
 
 class StoreReads:
-    """The read side of :class:`core.store.message_store.MessageStore` (a mixin: it reads the
-    store's CommitLog, ConsumeQueues and key index, after the dispatch of what was appended)."""
+    """Reads of a store's CommitLog, ConsumeQueues and key index, each after
+    ``dispatch_pending`` (the dispatch of what was put)."""
 
-    commitlog: CommitLog
-    queues: ConsumeQueueTable
-    index: KeyIndex
-
-    if TYPE_CHECKING:
-        def dispatch_pending(self) -> int: ...
+    def __init__(self, commitlog: CommitLog, queues: ConsumeQueueTable, index: KeyIndex,
+                 dispatch_pending: Callable[[], int]) -> None:
+        self.commitlog = commitlog
+        self.queues = queues
+        self.index = index
+        self.dispatch_pending = dispatch_pending
 
     def read_record(self, phys_offset: int) -> MessageRecord:
         return self.commitlog.read_record(phys_offset)

@@ -1,16 +1,16 @@
 """What a store hands back and what it calls: where a put went, what recovery found, its
-statistics, and the plugin hooks it invokes (the plugin host satisfies :class:`StoreHooks`;
-the store does not import it)."""
+statistics, its role, and the plugin hooks it invokes (the plugin host satisfies
+:class:`StoreHooks`; the store does not import it)."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from core.metrics.counters import Histogram
-from core.store.commitlog import LogRecovery
 from core.store.dispatch import DispatchRequest
 
 
@@ -33,6 +33,26 @@ class BatchPut(NamedTuple):
     queue_offset: int
     end: int
     store_timestamp: int
+
+
+class StoreRole(enum.Enum):
+    """Whether a store takes local writes (``WRITER``: a master, a raft leader, a single
+    broker) or is a replica whose log grows only from outside (``REPLICA``: a slave's bytes
+    copied from its master, a raft follower's commits): see ``MessageStore.set_role``."""
+
+    WRITER = "writer"
+    REPLICA = "replica"
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecovery:
+    """What CommitLog recovery found."""
+
+    scanned_from: int
+    end: int
+    records_scanned: int
+    cut_bytes: int  # bytes of a torn or damaged tail that were zeroed
+    cut_reason: str | None
 
 
 @dataclass(frozen=True, slots=True)

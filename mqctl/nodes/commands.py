@@ -36,6 +36,7 @@ from mqctl.nodes.processes import (
     tail_of_log,
     wait_exited,
 )
+from plugins.ha_dledger import raft_message_store
 from replication.dledger.seal import SealError, seal_group
 
 NodeNames = Annotated[list[str] | None, typer.Argument(help="Nodes to act on (default: all).")]
@@ -253,7 +254,7 @@ def _switch_from_raft(config: Config, timeout_s: float, as_json: bool) -> bool:
         members = [b for b in config.brokers if b.name == group]
         rolling.stop_group_leaving_raft(config, group, progress)
         try:
-            sealed = seal_group([config.data_dir / m.node for m in members], config.store)
+            sealed = seal_group([config.data_dir / m.node for m in members], config.store, raft_message_store)
         except SealError as exc:
             raise CliError(f"broker group {group} cannot leave raft: {exc}") from None
         for m in sealed:

@@ -14,8 +14,11 @@ read it as they read a DLedger-mode RocketMQ store.
                                       next run received), entries before it deleted by
                                       retention or never held (installed from a leader)
 ```
-A message record's PHYSICALOFFSET is set to its own position (entry pos + 48) when the entry
-is appended, so ConsumeQueue entries and offset msgIds point into the data files. Every node
+A body is stored as given, or as ``place_body`` rewrites it for its position: a broker's store
+passes :func:`replication.dledger.proposals.record_at`, which sets a message record's
+PHYSICALOFFSET to its own position (entry pos + 48), so ConsumeQueue entries and offset msgIds
+point into the data files. The log is a replicated log of any bytes (a state machine of other
+state than messages runs on it too: tests/replication/test_raft_state_machine.py). Every node
 of a group writes the same entries at the same positions (same segment size), so the bytes a
 leader pushes are the bytes a follower stores.
 
@@ -27,7 +30,6 @@ written (and synced) before any file it makes obsolete is deleted.
 
 from __future__ import annotations
 
-import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
@@ -36,27 +38,34 @@ from pathlib import Path
 from core.store.mapped_file import MappedFile, MappedFileQueue
 from formats import dledger
 from formats.errors import FormatError
-from formats.record import MAGIC_V1, MAGIC_V2, OFF_PHYSICALOFFSET
 from replication.dledger.raft_log import BodyRun, Entry, PackedEntries
 from replication.dledger.state_files import read_properties, write_properties
 
 INDEX_FILE_ENTRIES = 1 << 20  # 32 MiB index files
 START_FILE = "start"
-_PHYS = struct.Struct(">q")
-_RECORD_HEAD = struct.Struct(">ii")
+# How an entry's body learns where it lies: called with the body and its position in the data
+# files, it returns the bytes to store (a message record carries its own physical offset:
+# replication.dledger.proposals.record_at). The log itself knows nothing of what bodies hold.
+BodyPlacer = Callable[[bytes, int], bytes]
 
 
 class DiskRaftLog:
-    """A :class:`replication.dledger.raft_log.RaftLog` over DLedger-layout files."""
+    """A :class:`replication.dledger.raft_log.RaftLog` over DLedger-layout files.
+
+    One concept, 34 methods: the raft log on disk. Half are the RaftLog interface; the rest keep
+    the data files, the index files and the start file in step through appends, padding,
+    truncation, resets and syncs, which cannot be changed one without the others."""
 
     def __init__(self, store_dir: Path, segment_size: int, index_file_entries: int = INDEX_FILE_ENTRIES, *,
-                 data: MappedFileQueue | None = None, base: int = 0) -> None:
+                 data: MappedFileQueue | None = None, base: int = 0, place_body: BodyPlacer | None = None) -> None:
         """``data`` is the data files' queue when a store shares it (its reads and this log's
         writes see one map); ``base`` is where the first entry goes (past the classic
-        segments of a store that ran master-slave before: a segment start)."""
+        segments of a store that ran master-slave before: a segment start); ``place_body``
+        rewrites a normal entry's body for the position it lands at (None: stored as given)."""
         if base % segment_size:
             raise ValueError(f"the raft data must begin at a segment start, not at {base}")
         self.segment_size = segment_size
+        self.place_body = place_body
         self.base = base
         self.data = data if data is not None else MappedFileQueue(store_dir / "commitlog", segment_size)
         self.index = MappedFileQueue(store_dir / "dledger" / "index", index_file_entries * dledger.INDEX_ENTRY_SIZE)
@@ -73,6 +82,13 @@ class DiskRaftLog:
         self.on_reset: Callable[[], None] | None = None  # the store drops what it derived from the log
 
     # ------------------------------------------------------------------ open
+
+    def place_at(self, base: int) -> None:
+        """Before :meth:`open`: the first entry goes to ``base`` (known only once a store has
+        recovered the classic segments below it)."""
+        if base % self.segment_size:
+            raise ValueError(f"the raft data must begin at a segment start, not at {base}")
+        self.base = self._start_pos = base
 
     def open(self, trusted_through: int = -1) -> None:
         """Map the files and find the end: entries after ``trusted_through`` (the committed
@@ -225,6 +241,7 @@ class DiskRaftLog:
         file."""
         pack_header, pack_index, crc32 = dledger.HEADER_STRUCT.pack, dledger.INDEX_STRUCT.pack, zlib.crc32
         segment, header_size, normal = self.segment_size, dledger.HEADER_SIZE, dledger.MAGIC_NORMAL
+        place = self.place_body
         parts: list[bytes | memoryview] = []
         index_parts: list[bytes] = []
         chunk_at = pos = self.write_pos
@@ -241,8 +258,8 @@ class DiskRaftLog:
                 parts, index_parts = [], []
                 self._pad(pos, placed)
                 chunk_at = pos = placed
-            if magic == normal:
-                body = _with_own_offset(body, pos + header_size)
+            if magic == normal and place is not None:
+                body = place(body, pos + header_size)
             crc = crc32(body)
             parts += (pack_header(magic, size, index, term, pos, 0, 0, crc - (crc >> 31 << 32), len(body)), body)
             index_parts.append(pack_index(magic, pos, size, index, term))
@@ -450,13 +467,3 @@ def _entry_fields(entries: Sequence[Entry]) -> Iterable[tuple[int, int, int, byt
                    repeat(dledger.MAGIC_NORMAL, n), entries.bodies)
     return ((e.index, e.term, e.magic, e.body) for e in entries)
 
-
-def _with_own_offset(body: bytes, phys: int) -> bytes:
-    """A message record's bytes with PHYSICALOFFSET set to where the record now lies."""
-    if len(body) < OFF_PHYSICALOFFSET + 8 or _RECORD_HEAD.unpack_from(body)[1] not in (MAGIC_V1, MAGIC_V2):
-        return body
-    if _PHYS.unpack_from(body, OFF_PHYSICALOFFSET)[0] == phys:
-        return body
-    patched = bytearray(body)
-    _PHYS.pack_into(patched, OFF_PHYSICALOFFSET, phys)
-    return bytes(patched)

@@ -1,24 +1,30 @@
-"""A raft leader's :class:`core.store.record_log.RecordLog`: a put's records are encoded once
+"""A raft leader's :class:`core.store.interfaces.RecordLog`: a put's records are encoded once
 with their final offsets (each entry's position + 48, as :class:`DiskRaftLog` will place it)
 and proposed to the raft node as one run of entries; what dispatch needs of them is kept, by
-first raft index and term, until :meth:`DLedgerMessageStore.dispatch_committed` finds them
-committed (same index and term: same entries).
+first raft index and term, until :meth:`replication.dledger.commits.RaftCommits.dispatch_committed`
+finds them committed (same index and term: same entries).
+
+Also :func:`record_at`, how the raft log places a message record's body (its
+``place_body``): the engine itself stores any bytes.
 """
 
 from __future__ import annotations
 
 import collections
+import struct
 from collections.abc import Callable, Sequence
 
-from core.errors import ReadOnlyStoreError
+from core.errors import ReadOnlyStoreError, StoreError
 from core.store.dispatch import Appended, BatchAppended
-from core.store.record_log import KeptUnits
-from formats.record import MessageRecord, PreparedRecord, write_record
+from core.store.interfaces import KeptUnits
+from formats.record import MAGIC_V1, MAGIC_V2, OFF_PHYSICALOFFSET, MessageRecord, PreparedRecord, write_record
 from formats.record_batch import RecordBatch
 from replication.dledger.disk_log import DiskRaftLog
 from replication.dledger.messages import Code
 
 Proposer = Callable[[list[bytes]], "range | Code"]
+_PHYS = struct.Struct(">q")
+_RECORD_HEAD = struct.Struct(">ii")
 
 
 class RaftProposals:
@@ -26,7 +32,7 @@ class RaftProposals:
     is attached)."""
 
     def __init__(self, raft_log: DiskRaftLog) -> None:
-        self.raft_log = raft_log  # the store swaps in the log it opens
+        self.raft_log = raft_log
         self.proposer: Proposer | None = None
         # (first raft index, term, what dispatch needs), oldest first
         self.kept: collections.deque[tuple[int, int, Appended | BatchAppended]] = collections.deque()
@@ -54,8 +60,27 @@ class RaftProposals:
             self.kept.append((index, term, unit))
             index += len(unit.offsets) if type(unit) is BatchAppended else 1
 
+    def truncate(self, end: int) -> int:
+        raise StoreError("a raft log is cut only by its leader's entries (raft), not by the store")
+
+    def writes_resumed(self) -> None:
+        """Leading again: proposals of an earlier term that never committed are not coming."""
+        self.kept.clear()
+
     def _propose(self, bodies: list[bytes]) -> None:
         """Hand encoded records to the raft node (ReadOnlyStoreError when it is not leading)."""
         outcome = Code.NOT_LEADER if self.proposer is None else self.proposer(bodies)
         if isinstance(outcome, Code):
             raise ReadOnlyStoreError(f"raft: {outcome.name} (this member cannot take writes now)")
+
+
+def record_at(body: bytes, phys: int) -> bytes:
+    """A message record's bytes with PHYSICALOFFSET set to where the record now lies (other
+    bodies as they are): a broker's raft log's ``place_body``."""
+    if len(body) < OFF_PHYSICALOFFSET + 8 or _RECORD_HEAD.unpack_from(body)[1] not in (MAGIC_V1, MAGIC_V2):
+        return body
+    if _PHYS.unpack_from(body, OFF_PHYSICALOFFSET)[0] == phys:
+        return body
+    patched = bytearray(body)
+    _PHYS.pack_into(patched, OFF_PHYSICALOFFSET, phys)
+    return bytes(patched)

@@ -29,21 +29,40 @@ master keeps them, and serves them.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
 from core.clock import now_ms
 from core.config import StoreConfig
 from core.store.checkpoint import Checkpoint, write_checkpoint
-from core.store.message_store import CHECKPOINT_FILE, LOG_FLOOR_FILE, RAFT_STATE_DIR, holds_unsealed_raft
+from core.store.layout import CHECKPOINT_FILE, LOG_FLOOR_FILE, RAFT_STATE_DIR, holds_unsealed_raft
 from replication.dledger.disk_log import DiskRaftLog
+from replication.dledger.proposals import record_at
+from replication.dledger.recovery import read_data_base
 from replication.dledger.state_files import load_commit_checkpoint, save_commit_checkpoint, write_properties
-from replication.dledger.store import DLedgerMessageStore, read_data_base
 
 COPY_RUN_ENTRIES = 512
 COPY_RUN_BYTES = 4 * 1024 * 1024
+
+
+class MemberStore(Protocol):
+    """A raft member's store, as sealing opens it once (``plugins.ha_dledger.raft_message_store``
+    makes one): opening dispatches every committed entry; its log then ends at the last one."""
+
+    @property
+    def log_end(self) -> int: ...
+
+    def open(self) -> object: ...
+
+    async def close(self) -> None: ...
+
+
+# Makes the store of the raft member under a folder (not opened yet).
+MemberStoreMaker = Callable[[Path, StoreConfig], MemberStore]
 
 
 class SealError(Exception):
@@ -60,13 +79,15 @@ class SealedMember:
     floor: int
 
 
-def seal_group(roots: list[Path], config: StoreConfig) -> list[SealedMember]:
+def seal_group(roots: list[Path], config: StoreConfig, member_store: MemberStoreMaker) -> list[SealedMember]:
     """Seal the raft stores under ``roots`` (one group's members, all stopped) as described
-    above; stores without unsealed raft entries are left alone. Raises :class:`SealError`."""
+    above; stores without unsealed raft entries are left alone; ``member_store`` makes the
+    store of a member (step 3). Raises :class:`SealError`."""
     roots = [r for r in roots if holds_unsealed_raft(r)]
     if not roots:
         return []
-    logs = {r: DiskRaftLog(r, config.segment_size_bytes, base=read_data_base(r) or 0) for r in roots}
+    logs = {r: DiskRaftLog(r, config.segment_size_bytes, base=read_data_base(r) or 0, place_body=record_at)
+            for r in roots}
     try:
         for r, raft_log in logs.items():
             raft_log.open(load_commit_checkpoint(r / RAFT_STATE_DIR / "checkpoint"))
@@ -87,7 +108,7 @@ def seal_group(roots: list[Path], config: StoreConfig) -> list[SealedMember]:
     out = []
     for r in roots:
         before, cut, copied, _relaid = aligned[r]
-        out.append(SealedMember(r, before, last, cut, copied, _seal_store(r, config)))
+        out.append(SealedMember(r, before, last, cut, copied, _seal_store(r, config, member_store)))
     if len({m.floor for m in out}) > 1:
         raise SealError("the sealed members' logs end at different offsets: "
                         + ", ".join(f"{m.root.name}: {m.floor}" for m in out))
@@ -120,12 +141,12 @@ def _align(ours: DiskRaftLog, theirs: DiskRaftLog) -> tuple[int, int, int, bool]
     return before, cut, copied, relaid
 
 
-def _seal_store(root: Path, config: StoreConfig) -> int:
+def _seal_store(root: Path, config: StoreConfig, member_store: MemberStoreMaker) -> int:
     """Open the store once as a raft member's (it dispatches every committed entry), then
     mark where the classic CommitLog continues; returns that floor."""
-    store = DLedgerMessageStore(root, config)
+    store = member_store(root, config)
     store.open()
-    end = store.raft_log.write_pos
+    end = store.log_end
     trio.run(store.close)
     stamp = now_ms()
     seg = config.segment_size_bytes

@@ -13,7 +13,7 @@ import trio
 from core.addresses import split_address
 from core.config import ReplicationConfig
 from core.errors import StoreError
-from core.store.message_store import MessageStore
+from core.store.interfaces import ReplicatedStore
 from replication.errors import ProtocolError
 from replication.master_slave.handshake import prove_to_master
 from replication.master_slave.protocol import TransferParser, encode_report
@@ -37,7 +37,7 @@ FIRST_RETRY_S = 0.2
 class HAClient:
     """Keeps a slave's store a byte-for-byte copy of its master's CommitLog."""
 
-    def __init__(self, store: MessageStore, settings: ReplicationConfig, *,
+    def __init__(self, store: ReplicatedStore, settings: ReplicationConfig, *,
                  prover: Callable[[], Connector] | None = None, source_host: str | None = None) -> None:
         """``prover``: with ACL on, a fresh connector for each connection's handshake.
         ``source_host``: the local address connections to the master start from (None: any)."""
@@ -159,7 +159,7 @@ class HAClient:
                         self.store.append_replicated(action.offset, action.data)
                         appended = True
                     elif isinstance(action, Truncate):
-                        cut = self.store.truncate_replica(action.end)
+                        cut = self.store.truncate(action.end)
                         self.truncated_bytes += cut
                         log.warning("this slave's log forked from its master's at offset %d: cut %d bytes there "
                                     "and copying the master's instead", action.end, cut)

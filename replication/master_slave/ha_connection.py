@@ -11,7 +11,7 @@ import trio
 
 from core.config import ReplicationConfig
 from core.errors import StoreError
-from core.store.message_store import MessageStore
+from core.store.interfaces import ReplicatedStore
 from replication.errors import ProtocolError
 from replication.master_slave.acks import SlaveLink
 from replication.master_slave.protocol import ReportParser, encode_transfer_header
@@ -25,8 +25,8 @@ class HAConnection:
     """Serves one connected slave until the link breaks, the slave falls silent or its log
     turns out to be ahead of (forked from) this one."""
 
-    def __init__(self, stream: trio.SocketStream, link: SlaveLink, store: MessageStore, settings: ReplicationConfig,
-                 *, start_offset: Callable[[int], int], acked: Callable[[], None]) -> None:
+    def __init__(self, stream: trio.SocketStream, link: SlaveLink, store: ReplicatedStore,
+                 settings: ReplicationConfig, *, start_offset: Callable[[int], int], acked: Callable[[], None]) -> None:
         self.stream = stream
         self.link = link
         self.store = store

@@ -13,7 +13,7 @@ import trio
 
 from core.addresses import split_address
 from core.config import ReplicationConfig
-from core.store.message_store import MessageStore
+from core.store.interfaces import ReplicatedStore
 from replication.errors import ProtocolError
 from replication.master_slave.acks import SlaveLink, WriteTimeline
 from replication.master_slave.group_transfer import GroupTransferService
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class HAService:
     """Streams the master's CommitLog to every slave that connects."""
 
-    def __init__(self, store: MessageStore, settings: ReplicationConfig, sync_timeout_s: float, *,
+    def __init__(self, store: ReplicatedStore, settings: ReplicationConfig, sync_timeout_s: float, *,
                  gate: Callable[[], Acceptor] | None = None) -> None:
         """``gate``: with ACL on, a fresh acceptor for each connection's handshake."""
         self.store = store

@@ -11,7 +11,8 @@ from core.addresses import own_loopback
 from core.broker.replication import ReplicaLag, Replicated, ReplicationMetrics
 from core.config import Config
 from core.node_specs import BrokerNode
-from core.store.message_store import MessageStore
+from core.store.interfaces import ReplicatedStore
+from core.store.store_types import StoreRole
 from replication.master_slave.ha_client import HAClient
 from replication.master_slave.ha_service import HAService
 from replication.master_slave.handshake import master_gate, slave_pass
@@ -21,7 +22,7 @@ from replication.member_keys import Membership
 class MasterSlaveReplication:
     """One node of a master-slave group: broker id 0 is the master, any other id a slave."""
 
-    def __init__(self, node: BrokerNode, config: Config, store: MessageStore, *, sync: bool) -> None:
+    def __init__(self, node: BrokerNode, config: Config, store: ReplicatedStore, *, sync: bool) -> None:
         self.node = node
         self.mode = "sync" if sync else "async"
         self.store = store
@@ -39,7 +40,8 @@ class MasterSlaveReplication:
             self.client = HAClient(store, self.settings, prover=prover, source_host=own_loopback(node.listen))
         self._sync = sync
         if not self.is_master:
-            store.set_read_only(f"broker {node.name} id {node.id} is a slave: send to its master (broker id 0)")
+            store.set_role(StoreRole.REPLICA,
+                           f"broker {node.name} id {node.id} is a slave: send to its master (broker id 0)")
 
     @property
     def writable(self) -> bool:

@@ -12,7 +12,8 @@ import pytest
 
 from core.errors import UnsafePathError
 from core.store.consume_queue import ConsumeQueue
-from core.store.message_store import CHECKPOINT_FILE, opened_store
+from core.store.layout import CHECKPOINT_FILE
+from core.store.message_store import opened_store
 from core.store.paths import queue_dir
 from formats.record import prepare_record
 from tests.core.test_store import msg

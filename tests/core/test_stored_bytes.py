@@ -19,13 +19,14 @@ from core.plugin_markers import hookimpl
 from core.store.dispatch import DispatchRequest
 from core.store.key_index import KeyIndex
 from core.store.message_store import MessageStore, open_message_store, opened_store
+from core.store.store_types import StoreRole
 from core.topic_names import SCHEDULE_TOPIC
 from formats.batch import BatchItem, encode_batch
 from formats.record import MessageRecord, decode_record, encode_record
 from formats.record_batch import BatchFields
 from formats.sysflag import BORNHOST_V6, STOREHOST_V6, TRANSACTION_PREPARED
+from plugins.ha_dledger import raft_message_store, raft_parts
 from replication.dledger.raft_log import BodyRun
-from replication.dledger.store import DLedgerMessageStore
 
 STORE_NOW_MS = 1_795_000_000_123
 CONFIG = StoreConfig(segment_size_bytes=64 * 1024, cq_entries_per_file=64, index_slots=97, index_entries=200)
@@ -107,7 +108,7 @@ def test_master_and_slave_store_the_same_bytes_as_before(tmp_path, batch_path):
     assert len(stored) == 105 + 5 + 3  # every item and single put, each as the reference encoder writes it
     assert [bytes(encode_record(decode_record(raw))) for raw in stored] == stored
     with opened_store(tmp_path / "slave", CONFIG, clock=frozen_clock) as slave:
-        slave.set_read_only("a slave")
+        slave.set_role(StoreRole.REPLICA, "a slave")
         for offset, chunk in chunks:
             if chunk:
                 slave.append_replicated(offset, chunk)
@@ -178,30 +179,31 @@ async def test_a_raft_leader_and_follower_store_the_same_bytes_as_before(tmp_pat
     as the raft node does), and a follower given the leader's entries: the data files, queues
     and key index are the ones the code before the batch path wrote."""
     seen: dict[str, list[DispatchRequest]] = {"leader": [], "follower": []}
-    leader = DLedgerMessageStore(tmp_path / "leader", CONFIG, _recording_host(seen["leader"]), clock=frozen_clock)
+    leader = raft_message_store(tmp_path / "leader", CONFIG, _recording_host(seen["leader"]), clock=frozen_clock)
+    raft = raft_parts(leader)
 
     def propose(bodies: list[bytes]) -> range:
-        first = leader.raft_log.last_index + 1
-        leader.raft_log.append(BodyRun(first, 1, bodies))
+        first = raft.raft_log.last_index + 1
+        raft.raft_log.append(BodyRun(first, 1, bodies))
         return range(first, first + len(bodies))
 
     async with open_message_store(leader.root, CONFIG, store=leader):
-        leader.attach_proposer(propose)
-        leader.start_leading()
+        raft.attach_proposer(propose)
+        leader.set_role(StoreRole.WRITER)
         assert _write(leader, batch_path) == (4 if batch_path else 0)
-        last = leader.raft_log.last_index
+        last = raft.raft_log.last_index
         # committed into the first batch's entries (0..39): a batch put waits to be dispatched
         # whole, a record put goes at once
-        early = leader.dispatch_committed(5)
-        assert early == (0 if batch_path else 6) and leader.dispatch_committed(last) == 113 - early
-        entries = [leader.raft_log.entry(i) for i in range(last + 1)]
-    follower = DLedgerMessageStore(tmp_path / "follower", CONFIG, _recording_host(seen["follower"]),
+        early = raft.dispatch_committed(5)
+        assert early == (0 if batch_path else 6) and raft.dispatch_committed(last) == 113 - early
+        entries = [raft.raft_log.entry(i) for i in range(last + 1)]
+    follower = raft_message_store(tmp_path / "follower", CONFIG, _recording_host(seen["follower"]),
                                    clock=frozen_clock)
     async with open_message_store(follower.root, CONFIG, store=follower):
         for entry in entries:
             assert entry is not None
-            follower.raft_log.append([entry])
-        assert follower.dispatch_committed(last) == 113
+            raft_parts(follower).raft_log.append([entry])
+        assert raft_parts(follower).dispatch_committed(last) == 113
     leader_digest = _digest(tmp_path / "leader")
     assert _digest(tmp_path / "follower") == leader_digest
     assert leader_digest == RAFT_GOLDEN
@@ -242,7 +244,7 @@ def test_listeners_see_the_same_records_from_a_batch_put_and_from_a_slave_run(tm
     trio.run(master.close)
     slave = MessageStore(tmp_path / "slave", CONFIG, hosts["slave"], clock=frozen_clock)
     slave.open()
-    slave.set_read_only("a slave")
+    slave.set_role(StoreRole.REPLICA, "a slave")
     for offset, chunk in chunks:
         slave.append_replicated(offset, chunk)
     assert slave.dispatch_replicated() == len(seen["master"]) == 113

@@ -12,6 +12,7 @@ from formats import dledger
 from formats.record import MessageRecord, decode_record, encode_record
 from formats.segments import Damage, RecordAt, scan_log
 from replication.dledger.disk_log import DiskRaftLog
+from replication.dledger.proposals import record_at
 from replication.dledger.raft_log import BodyRun, Entry, MemoryLog, PackedEntries
 from replication.dledger.raft_node import HardState
 from replication.dledger.state_files import (
@@ -38,7 +39,7 @@ def any_log(request, tmp_path):
     if request.param == "memory":
         yield MemoryLog()
         return
-    log = DiskRaftLog(tmp_path, SEGMENT)
+    log = DiskRaftLog(tmp_path, SEGMENT, place_body=record_at)
     log.open()
     yield log
     log.close()
@@ -77,7 +78,7 @@ def test_a_reset_log_continues_at_the_leaders_first_entry(any_log):
 
 
 def test_records_carry_their_own_offset_and_segments_end_in_padding(tmp_path):
-    log = DiskRaftLog(tmp_path, SEGMENT)
+    log = DiskRaftLog(tmp_path, SEGMENT, place_body=record_at)
     log.open()
     batch = entries(0, 40, 1)  # ~290 bytes an entry: several segments, each padded at its end
     predicted = log.record_offsets([len(e.body) for e in batch])
@@ -103,7 +104,7 @@ def test_a_proposed_run_of_bodies_writes_the_files_entries_one_by_one_write(tmp_
     # path, across segment ends, some records placed already and some patched
     written = {}
     for way in ("entries", "bodies"):
-        log = DiskRaftLog(tmp_path / way, SEGMENT)
+        log = DiskRaftLog(tmp_path / way, SEGMENT, place_body=record_at)
         log.open()
         log.append(entries(0, 3, 1))
         bodies = [record(i) for i in range(3, 43)]
@@ -126,7 +127,7 @@ def test_a_proposed_run_of_bodies_writes_the_files_entries_one_by_one_write(tmp_
 
 
 def test_reopen_keeps_the_log_and_a_truncation(tmp_path):
-    log = DiskRaftLog(tmp_path, SEGMENT)
+    log = DiskRaftLog(tmp_path, SEGMENT, place_body=record_at)
     log.open()
     log.append(entries(0, 30, 1))
     log.truncate_after(11)
@@ -134,7 +135,7 @@ def test_reopen_keeps_the_log_and_a_truncation(tmp_path):
     log.sync()
     before = [log.entry(i) for i in range(15)]
     log.close()
-    again = DiskRaftLog(tmp_path, SEGMENT)
+    again = DiskRaftLog(tmp_path, SEGMENT, place_body=record_at)
     again.open()
     assert again.last_index == 14 and [again.entry(i) for i in range(15)] == before
     recs = [r for r in scan_log(tmp_path / "commitlog") if isinstance(r, RecordAt)]
@@ -143,7 +144,7 @@ def test_reopen_keeps_the_log_and_a_truncation(tmp_path):
 
 
 def test_a_torn_tail_is_cut_at_the_last_entry_whose_data_agrees(tmp_path):
-    log = DiskRaftLog(tmp_path, SEGMENT)
+    log = DiskRaftLog(tmp_path, SEGMENT, place_body=record_at)
     log.open()
     log.append(entries(0, 10, 1))
     log.sync()
@@ -152,7 +153,7 @@ def test_a_torn_tail_is_cut_at_the_last_entry_whose_data_agrees(tmp_path):
     mf.write(pos - mf.start, bytes(dledger.HEADER_SIZE))
     log.sync()
     log.close()
-    again = DiskRaftLog(tmp_path, SEGMENT)
+    again = DiskRaftLog(tmp_path, SEGMENT, place_body=record_at)
     again.open()
     assert again.last_index == 7 and again.term_at(8) is None
     again.append(entries(8, 1, 2))
@@ -175,7 +176,8 @@ def _file_bytes(directory: Path) -> dict[str, bytes]:
 
 
 def test_a_run_read_in_one_piece_lands_byte_for_byte_on_a_log_of_the_same_layout(tmp_path):
-    leader, follower = DiskRaftLog(tmp_path / "a", SEGMENT), DiskRaftLog(tmp_path / "b", SEGMENT)
+    leader = DiskRaftLog(tmp_path / "a", SEGMENT, place_body=record_at)
+    follower = DiskRaftLog(tmp_path / "b", SEGMENT, place_body=record_at)
     leader.open()
     follower.open()
     leader.append(entries(0, 40, 1))  # several segments, each ending in padding
@@ -199,7 +201,8 @@ def test_a_run_read_in_one_piece_lands_byte_for_byte_on_a_log_of_the_same_layout
 
 
 def test_a_run_placed_elsewhere_is_written_entry_by_entry_with_its_own_offsets(tmp_path):
-    leader, follower = DiskRaftLog(tmp_path / "a", SEGMENT), DiskRaftLog(tmp_path / "b", SEGMENT, base=SEGMENT)
+    leader = DiskRaftLog(tmp_path / "a", SEGMENT, place_body=record_at)
+    follower = DiskRaftLog(tmp_path / "b", SEGMENT, base=SEGMENT, place_body=record_at)
     leader.open()
     follower.open()  # its raft data begins one segment later: every position differs
     leader.append(entries(0, 6, 1))

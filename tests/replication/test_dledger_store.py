@@ -1,4 +1,4 @@
-"""Raft members as a broker runs them: DLedgerMessageStore + DLedgerReplication over real
+"""Raft members as a broker runs them: a raft member's MessageStore + DLedgerReplication over real
 loopback sockets and real files, in one process (the real-process drills are in
 tests/mqctl/test_dledger.py)."""
 
@@ -20,15 +20,17 @@ from core.node_specs import BrokerNode
 from core.plugin_manager import PluginHost
 from core.plugin_markers import hookimpl
 from core.store.message_store import MessageStore, open_message_store
+from core.store.store_types import StoreRole
 from formats.batch import BatchItem, encode_batch
 from formats.dledger import HEADER_SIZE
 from formats.record import MessageRecord, prepare_record, write_record
 from formats.record_batch import BatchFields, RecordBatch
 from plugins import plugin_host
+from plugins.ha_dledger import raft_message_store, raft_parts
 from replication.dledger.messages import Code
 from replication.dledger.raft_log import BodyRun, Entry
 from replication.dledger.seal import seal_group
-from replication.dledger.store import DLedgerMessageStore
+from replication.dledger.store import RaftParts
 from replication.dledger.strategy import DLedgerReplication, follower_broker_id
 from tests.conftest import free_port  # a free port whose next one is free too (raft port)
 
@@ -68,9 +70,9 @@ class Group:
 
         async def run(task_status: trio.TaskStatus[None]) -> None:
             with scope:
-                store = DLedgerMessageStore(self.tmp / node.node, self.config.store)
+                store = raft_message_store(self.tmp / node.node, self.config.store)
                 async with open_message_store(store.root, store.config, store=store):
-                    rep = DLedgerReplication(node, self.config, store)
+                    rep = DLedgerReplication(node, self.config, store, raft_parts(store))
                     self.members[node.node] = rep
                     host, port = node.listen.rsplit(":", 1)
                     async with trio.open_nursery() as inner:
@@ -162,7 +164,7 @@ async def test_a_master_slave_store_switched_to_raft_keeps_its_messages_and_queu
             assert store.read_record(res.phys_offset).body == msg(classic_results.index(res)).body
         assert await put_committed(leader, [msg(i) for i in range(20, 24)]) == [5] * QUEUES
         await wait_dispatched(store, 6)
-        base = store.raft_log.base
+        base = leader.raft.raft_log.base
         assert base % small_store_config.segment_size_bytes == 0 and base > classic_results[-1].phys_offset
         entries = store.queue_entries("Orders", 0, 5, 1)
         assert entries[0][1].phys_offset >= base + HEADER_SIZE
@@ -190,7 +192,7 @@ def test_the_plugin_makes_the_raft_store_and_strategy_for_dledger_only(tmp_path,
     node = config.brokers[0]
     assert host.message_store("async", node, config, tmp_path / "a") is None
     store = host.message_store("dledger", node, config, tmp_path / "d")
-    assert isinstance(store, DLedgerMessageStore) and made == ["async", "dledger"]
+    assert store is not None and isinstance(store.parts, RaftParts) and made == ["async", "dledger"]
     rep = host.replication("dledger", node, config, store)
     assert isinstance(rep, DLedgerReplication) and rep.waits_for_replicas and not rep.writable
     assert rep.peers == {b.node: f"127.0.0.1:{int(b.listen.rsplit(':', 1)[1]) + 1}" for b in config.brokers}
@@ -201,33 +203,34 @@ def test_the_plugin_makes_the_raft_store_and_strategy_for_dledger_only(tmp_path,
 async def test_a_leader_dispatches_what_it_proposed_only_while_the_log_still_holds_it(tmp_path, small_store_config):
     """The leader dispatches its own records from the fields it put (no decode), matched by raft
     index and term; an entry another leader wrote at the same index is read from the log."""
-    store = DLedgerMessageStore(tmp_path / "g-0", small_store_config)
+    store = raft_message_store(tmp_path / "g-0", small_store_config)
+    raft = raft_parts(store)
     term = 1
 
     def propose(bodies: list[bytes]) -> list[int]:
-        first = store.raft_log.last_index + 1
-        store.raft_log.append([Entry(first + i, term, body) for i, body in enumerate(bodies)])
+        first = raft.raft_log.last_index + 1
+        raft.raft_log.append([Entry(first + i, term, body) for i, body in enumerate(bodies)])
         return list(range(first, first + len(bodies)))
 
     async with open_message_store(store.root, store.config, store=store):
-        store.attach_proposer(propose)
-        store.start_leading()
+        raft.attach_proposer(propose)
+        store.set_role(StoreRole.WRITER)
         store.put_many([msg(i) for i in range(0, 8, QUEUES)])  # queue 0, offsets 0 and 1: entries 0 and 1
-        assert store.dispatch_committed(0) == 1 and store.max_queue_offset("Orders", 0) == 1
+        assert raft.dispatch_committed(0) == 1 and store.max_queue_offset("Orders", 0) == 1
         # deposed before entry 1 committed: the leader of term 2 wrote another record at index 1
-        store.raft_log.truncate_after(0)
+        raft.raft_log.truncate_after(0)
         other = msg(50)  # queue 2
         prep = prepare_record(other)
         other_bytes = bytearray(prep[0])
-        write_record(other_bytes, 0, other, prep, 0, store.raft_log.record_offsets([prep[0]])[0], 7)
-        store.raft_log.append([Entry(1, 2, bytes(other_bytes))])
-        assert store.dispatch_committed(1) == 1
+        write_record(other_bytes, 0, other, prep, 0, raft.raft_log.record_offsets([prep[0]])[0], 7)
+        raft.raft_log.append([Entry(1, 2, bytes(other_bytes))])
+        assert raft.dispatch_committed(1) == 1
         assert store.max_queue_offset("Orders", 0) == 1  # the proposed msg(4) never reached queue 0
         assert queue_bodies(store)[2] == [other.body]
         term = 3
-        store.start_leading()
+        store.set_role(StoreRole.WRITER)
         store.put_many([msg(i) for i in range(8, 16, QUEUES)])
-        assert store.dispatch_committed(3) == 2
+        assert raft.dispatch_committed(3) == 2
         assert queue_bodies(store)[0] == [msg(0).body, msg(8).body, msg(12).body]
 
 
@@ -244,32 +247,33 @@ async def test_a_refused_proposal_leaves_the_store_as_it_was_and_a_cut_batch_is_
     """The write path is the master's (MessageStore.put_batch) with the raft proposals as its
     log: a proposal the raft node refuses takes no queue offset and no index room; a batch a
     later leader cut short is dispatched from what the log holds."""
-    store = DLedgerMessageStore(tmp_path / "g-0", small_store_config)
+    store = raft_message_store(tmp_path / "g-0", small_store_config)
+    raft = raft_parts(store)
     refuse = True
 
     def propose(bodies: list[bytes]) -> range | Code:
         if refuse:
             return Code.LEADER_PENDING_FULL
-        first = store.raft_log.last_index + 1
-        store.raft_log.append(BodyRun(first, 1, bodies))
+        first = raft.raft_log.last_index + 1
+        raft.raft_log.append(BodyRun(first, 1, bodies))
         return range(first, first + len(bodies))
 
     async with open_message_store(store.root, store.config, store=store):
-        store.attach_proposer(propose)
-        store.start_leading()
+        raft.attach_proposer(propose)
+        store.set_role(StoreRole.WRITER)
         with pytest.raises(ReadOnlyStoreError, match="LEADER_PENDING_FULL"):
             store.put_batch(_batch(0, 5))
-        assert (store.index.reserved, store.raft_log.last_index, len(store.proposals.kept)) == (0, -1, 0)
+        assert (store.index.reserved, raft.raft_log.last_index, len(raft.proposals.kept)) == (0, -1, 0)
         refuse = False
         store.put_batch(_batch(0, 5))  # entries 0..4, queue offsets 0..4
-        assert store.dispatch_committed(3) == 0  # a batch put is dispatched whole, once all of it commits
-        store.raft_log.truncate_after(2)  # deposed: a later leader kept entries 0..2 and wrote its own
+        assert raft.dispatch_committed(3) == 0  # a batch put is dispatched whole, once all of it commits
+        raft.raft_log.truncate_after(2)  # deposed: a later leader kept entries 0..2 and wrote its own
         other = msg(99)
         prep = prepare_record(other)
         other_bytes = bytearray(prep[0])
-        write_record(other_bytes, 0, other, prep, 0, store.raft_log.record_offsets([prep[0]])[0], 7)
-        store.raft_log.append([Entry(3, 2, bytes(other_bytes))])
-        assert store.dispatch_committed(3) == 4 and not store.proposals.kept
+        write_record(other_bytes, 0, other, prep, 0, raft.raft_log.record_offsets([prep[0]])[0], 7)
+        raft.raft_log.append([Entry(3, 2, bytes(other_bytes))])
+        assert raft.dispatch_committed(3) == 4 and not raft.proposals.kept
         assert queue_bodies(store)[1] == [msg(i).body for i in range(3)]
         assert queue_bodies(store)[3] == [other.body]
         assert [store.query_by_key("Orders", f"U{i:06d}") != [] for i in range(5)] == [True] * 3 + [False] * 2
@@ -291,10 +295,12 @@ async def test_a_sealed_raft_group_continues_as_master_and_slaves_and_can_go_bac
 
     with pytest.raises(StoreError, match="never sealed"):
         MessageStore(roots[0], small_store_config).open()
-    sealed = await trio.to_thread.run_sync(seal_group, roots, small_store_config)  # an offline tool: trio.run inside
+    # an offline tool: trio.run inside
+    sealed = await trio.to_thread.run_sync(seal_group, roots, small_store_config, raft_message_store)
     assert len(sealed) == 3 and len({m.floor for m in sealed}) == 1
     assert {m.root.name: m.copied for m in sealed}[lagging] >= 4
-    assert await trio.to_thread.run_sync(seal_group, roots, small_store_config) == []  # sealed already
+    sealed_again = await trio.to_thread.run_sync(seal_group, roots, small_store_config, raft_message_store)
+    assert sealed_again == []  # sealed already
     floor = sealed[0].floor
     for root in roots:  # each opens as a classic store holding all 28; new records go from the floor on
         async with open_message_store(root, small_store_config) as store:
@@ -307,7 +313,7 @@ async def test_a_sealed_raft_group_continues_as_master_and_slaves_and_can_go_bac
     async with trio.open_nursery() as nursery:
         group = await Group.started(tmp_path, config, nursery)
         leader = await group.leader()
-        assert leader.store.raft_log.base == floor + small_store_config.segment_size_bytes
+        assert leader.raft.raft_log.base == floor + small_store_config.segment_size_bytes
         assert await put_committed(leader, [msg(32)]) == [8]
         assert queue_bodies(leader.store)[0] == [msg(i).body for i in range(0, 33, QUEUES)]
         nursery.cancel_scope.cancel()
@@ -319,8 +325,8 @@ def data_files(store: MessageStore) -> dict[str, bytes]:
 
 async def wait_caught_up(member: DLedgerReplication, leader: DLedgerReplication, timeout_s: float = 20.0) -> None:
     with trio.fail_after(timeout_s):
-        while (member.store.reput_offset, member.store.committed_index) != \
-                (leader.store.reput_offset, leader.store.committed_index):
+        while (member.store.reput_offset, member.raft.committed_index) != \
+                (leader.store.reput_offset, leader.raft.committed_index):
             await trio.sleep(0.01)
 
 
@@ -335,7 +341,7 @@ async def test_retention_deletes_committed_files_and_members_behind_it_are_insta
         leader = await group.leader()
         await put_committed(leader, [msg(i) for i in range(60)])
         behind = next(n for n in config.brokers if n.node != leader.node.node)
-        behind_end = group.members[behind.node].store.raft_log.last_index
+        behind_end = group.members[behind.node].raft.raft_log.last_index
         await group.stop(behind.node)
         await put_committed(leader, [msg(i) for i in range(60, 160)])
         # files last written before now will have outlived retention at `later`; the rest not
@@ -345,16 +351,16 @@ async def test_retention_deletes_committed_files_and_members_behind_it_are_insta
         await wait_caught_up(other, leader)
         for member in (leader, other):
             retired = await member.store.apply_retention(now=later)
-            assert len(retired) >= 5 and member.store.raft_log.first_index > behind_end + 1
+            assert len(retired) >= 5 and member.raft.raft_log.first_index > behind_end + 1
             assert member.store.min_queue_offset("Orders", 0) > 0
-        first_kept = leader.store.raft_log.first_index
+        first_kept = leader.raft.raft_log.first_index
         expected = queue_bodies(leader.store)
         assert expected[0][-1] == msg(196).body and 5 <= len(expected[0]) < 40
 
         await group.start(behind)  # down since before the leader deleted what it would need
         installed = group.members[behind.node]
         await wait_caught_up(installed, leader)
-        assert installed.store.raft_log.first_index == first_kept
+        assert installed.raft.raft_log.first_index == first_kept
         assert data_files(installed.store) == data_files(leader.store)
         assert queue_bodies(installed.store) == expected
 
@@ -381,7 +387,7 @@ async def test_retention_deletes_committed_files_and_members_behind_it_are_insta
 
     # the seal lines the members up (the old leader still holds files the others deleted)
     roots = [tmp_path / b.node for b in config.brokers]
-    sealed = await trio.to_thread.run_sync(seal_group, roots, store_config)
+    sealed = await trio.to_thread.run_sync(seal_group, roots, store_config, raft_message_store)
     assert len({m.floor for m in sealed}) == 1
     for root in roots:
         async with open_message_store(root, store_config) as store:
