@@ -3,7 +3,8 @@
 Every ``import`` in the project's modules counts, at module level or inside a function, since a
 late import is still an arrow a reader has to follow. The checks: no import cycle anywhere;
 top-level rooms import only rooms below them; core's rooms import only the layers below theirs;
-mqctl's sub-packages import only the ones below them; no module outside tests is over 500 lines.
+mqctl's sub-packages import only the ones below them; no module outside tests is over 500 lines;
+no class over 25 methods without a docstring saying why it is one concept.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ CORE_LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"servers"},
 ))
 MODULE_LINES_MAX = 500
+CLASS_METHODS_MAX = 25
 
 
 def module_files() -> dict[str, Path]:
@@ -204,3 +206,28 @@ def test_no_module_over_the_size_limit(room: str) -> None:
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / room).rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MODULE_LINES_MAX}
     assert long == {}
+
+
+def big_classes_without_a_reason(path: Path) -> list[str]:
+    """Classes of ``path`` over CLASS_METHODS_MAX methods whose docstring does not say "One concept"."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ClassDef):
+            methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            if len(methods) > CLASS_METHODS_MAX and "One concept" not in (ast.get_docstring(node) or ""):
+                found.append(f"{node.name} ({len(methods)} methods)")
+    return found
+
+
+def test_no_class_past_one_concept_without_saying_why() -> None:
+    found = {str(p.relative_to(ROOT)): big for p in module_files().values()
+             if not p.name.endswith("_pb2.py") and (big := big_classes_without_a_reason(p))}
+    assert found == {}
+
+
+def test_the_class_check_finds_a_big_class(tmp_path: Path) -> None:
+    body = "".join(f"    def m{i}(self): ...\n" for i in range(CLASS_METHODS_MAX + 1))
+    module = tmp_path / "big.py"
+    module.write_text(f'class Big:\n    """Many things."""\n{body}\nclass Said:\n'
+                      f'    """One concept: a reason."""\n{body}')
+    assert big_classes_without_a_reason(module) == ["Big (26 methods)"]

@@ -105,7 +105,11 @@ def early_messages(ready: Ready, log_dirty: bool) -> tuple[list[tuple[str, Messa
 
 
 class RaftNode:
-    """One member of a raft group of ``peers`` (every member's id, this one's included)."""
+    """One member of a raft group of ``peers`` (every member's id, this one's included).
+
+    One concept, 30 methods: the sans-IO raft state machine of one member (etcd's ``raft`` is
+    one type too). Inputs, roles and message handlers all read and move the same term, vote,
+    commit index and peers' progress."""
 
     def __init__(self, node_id: str, peers: tuple[str, ...], log: RaftLog, settings: RaftSettings,
                  rng: random.Random, now: float, hard_state: HardState = HardState(0, None),
