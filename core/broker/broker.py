@@ -157,6 +157,19 @@ class Broker:
         # a plain dict, looked up on every request: each code's declared header type and handler
         self._routes: dict[int, tuple[type[RequestHeader], Handler]] = {
             code: (HEADER_TYPES[code], handler) for code, handler in handlers.items()}
+        store.on_truncate(self.follow_truncation)
+
+    def follow_truncation(self, end: int) -> None:
+        """The store cut its log at ``end`` (a replica that forked from its new master): what
+        the broker derived from the log follows it there. Committed offsets (POP's and the
+        revive progress among them) drop to their queue's new end, the delay and timer progress
+        too, open transaction halves are found again from the store, and the POP revive ledgers
+        are read again from their progress."""
+        moved = self.offsets.clamp_to(self.store.max_queue_offset)
+        self.schedule.follow_truncation()
+        self.transactions.follow_truncation()
+        self.pop_ledgers.clear()
+        log.warning("log cut at %d: %d committed offsets lowered to their queue's end", end, moved)
 
     def bind(self, port: int) -> None:
         """The listener picked its port: set the address clients and records use (the delay and

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from core.json_files import load_json, save_json
@@ -55,6 +56,21 @@ class ConsumerOffsets:
             for queue, offset in queues.items():
                 topic, _, group = key.partition("@")
                 self.commit(group, topic, int(queue), int(offset))
+
+    def clamp_to(self, max_offset: Callable[[str, int], int]) -> int:
+        """Lower every offset past its queue's end (``max_offset(topic, queue_id)``) to that end,
+        after the log was cut; returns how many moved (RocketMQ corrects such an offset at the
+        next pull; here it is corrected before anyone reads it)."""
+        moved = 0
+        for key, queues in self.table.items():
+            topic = key.partition("@")[0]
+            for queue_id, offset in queues.items():
+                end = max_offset(topic, queue_id)
+                if offset > end:
+                    queues[queue_id] = end
+                    moved += 1
+        self.dirty = self.dirty or moved > 0
+        return moved
 
     def save(self) -> None:
         if not self.dirty:

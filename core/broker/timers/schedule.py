@@ -321,6 +321,18 @@ class ScheduleService:
             return False
         return any(c.queue_id == real.queue_id for c in self.store.copies_since(real.topic, uniq, scheduled_at_ms))
 
+    def follow_truncation(self) -> None:
+        """The log was cut: no progress or read-ahead may lie past a schedule queue's new end
+        (entries cut there are written again by whatever replicates them back)."""
+        for level, offset in list(self.offsets.items()):
+            self.offsets[level] = min(offset, self.store.max_queue_offset(SCHEDULE_TOPIC, level - 1))
+        timers_end = self.store.max_queue_offset(SCHEDULE_TOPIC, self.timer_queue)
+        self._timers = [t for t in self._timers if t[1] < timers_end]
+        heapq.heapify(self._timers)
+        self._timers_read = min(self._timers_read, timers_end)
+        self._timers_done = {o for o in self._timers_done if o < timers_end}
+        self._recalls_read = min(self._recalls_read, self.store.max_queue_offset(SCHEDULE_TOPIC, self.recall_queue))
+
     def save(self) -> None:
         """Write the progress of every level (only when it changed)."""
         if self.offsets != self._saved:

@@ -248,9 +248,18 @@ class TransactionService:
             save_json(self.path, {"halfOffset": low})
             self._saved_low = low
 
-    def _rebuild(self) -> None:
-        doc = load_json(self.path) or {}
-        low = max(int(doc.get("halfOffset", 0)), self.store.min_queue_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID))
+    def follow_truncation(self) -> None:
+        """The log was cut: halves and decisions past the cut are gone, so the open halves are
+        found again from the store, as a restart finds them. From the first half kept: a cut
+        decision reopens its half wherever that half lies (a rare event; the scan is bounded by
+        retention)."""
+        self.table.open.clear()
+        self._rebuild(0)
+
+    def _rebuild(self, low: int | None = None) -> None:
+        if low is None:
+            low = int((load_json(self.path) or {}).get("halfOffset", 0))
+        low = max(low, self.store.min_queue_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID))
         decided = set()
         for _, entry in self._entries(TRANS_OP_TOPIC):
             try:
