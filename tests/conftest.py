@@ -18,8 +18,10 @@ from core.config import StoreConfig
 from mqctl.nodes.port_holders import PortPicker
 
 # one picker per test process: a port handed out before its node listens is never handed out
-# again in this process (each xdist worker is a process of its own)
-free_port = PortPicker().take
+# again in this process; each xdist worker (a process of its own) picks from its own share of
+# the range, so two workers' clusters never pick the same port before either listens
+free_port = PortPicker(int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")),
+                       int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))).take
 
 REPO = Path(__file__).resolve().parent.parent
 

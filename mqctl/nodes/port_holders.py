@@ -126,10 +126,18 @@ def _command(pid_dir: Path) -> str:
 class PortPicker:
     """Free loopback ports for the nodes of configs made on the spot (bench and test clusters).
     One picker never hands out a port twice, so the nodes it places never share one even before
-    any of them listens; give every config made in one run the same picker."""
+    any of them listens; give every config made in one run the same picker.
 
-    def __init__(self) -> None:
+    Pickers in different processes can still pick the same free port before either node
+    listens; processes that run side by side (test workers) each take a ``share`` of ``shares``
+    of the range, so theirs never meet."""
+
+    def __init__(self, share: int = 0, shares: int = 1) -> None:
+        if not 0 <= share < shares:
+            raise ValueError(f"share {share} is not one of {shares}")
         self.handed_out: set[int] = set()
+        self.share = share
+        self.shares = shares
 
     def take(self, span: int = 2) -> int:
         """A loopback port free with the ``span - 1`` ports after it (a broker's HA port is its
@@ -140,7 +148,9 @@ class PortPicker:
         mode switch), and the node then cannot listen on it again."""
         low, _ = _ephemeral_range()
         first = max(1024, min(PORTS_FROM, low - 4 * span))
-        while True:
+        width = (low - first) // self.shares
+        first, low = first + self.share * width, first + (self.share + 1) * width
+        for _ in range(100_000):
             port = random.randrange(first, low - span)
             wanted = set(range(port, port + span))
             if (wanted | {port - 1}) & self.handed_out:
@@ -148,6 +158,7 @@ class PortPicker:
             if all(port_is_free("127.0.0.1", p) for p in wanted):
                 self.handed_out.update(wanted)
                 return port
+        raise RuntimeError(f"no {span} free ports left in {first}-{low} after {len(self.handed_out)} handed out")
 
 
 PORTS_FROM = 20000  # above the shipped conf.toml's ports (9876, 10911...)
