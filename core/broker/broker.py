@@ -16,7 +16,7 @@ import trio
 from core.acl.file import AclFile
 from core.acl.policy import AclPolicy
 from core.acl.requests import Resource, request_resources
-from core.addresses import split_address
+from core.addresses import is_wildcard, split_address
 from core.broker.clients import ClientRegistry
 from core.broker.consume.consumer_filters import ConsumerFilterTable
 from core.broker.consume.long_polling import PullHold
@@ -64,7 +64,7 @@ def default_cold_read_lag_bytes() -> int:
 
 
 def _store_host(host: str, port: int) -> tuple[str, int]:
-    return (host if host not in ("0.0.0.0", "") else "127.0.0.1", port)
+    return ("127.0.0.1" if is_wildcard(host) else host, port)
 
 
 def _peer_ip(conn: Connection) -> str:

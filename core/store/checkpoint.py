@@ -57,13 +57,22 @@ def read_checkpoint(path: Path) -> Checkpoint | None:
 
 def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     """Replace the checkpoint durably (blocking: call from a worker thread)."""
+    replace_durably(path, checkpoint.encode())
+
+
+def replace_durably(path: Path, data: bytes, backup: Path | None = None) -> None:
+    """Replace ``path``'s content with ``data`` so a crash leaves the old file or the new one:
+    written to a temporary file beside it and synced, the old file moved to ``backup`` when one
+    is named, renamed over it, the folder synced (blocking)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, checkpoint.encode())
+        os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+    if backup is not None and path.exists():
+        os.replace(path, backup)
     os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:

@@ -12,10 +12,10 @@ read from the ``.bak``, as RocketMQ reads it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from core.errors import StoreCorruptError
+from core.store.checkpoint import replace_durably
 from formats.epoch_file import EpochEntry, EpochFileError, decode_epoch_file, encode_epoch_file
 
 EPOCH_FILE = "epochFileCheckpoint"
@@ -62,16 +62,4 @@ class EpochCheckpoint:
         return []
 
     def _save(self) -> None:
-        tmp = self.path.with_name(EPOCH_FILE + ".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(encode_epoch_file(self.entries))
-            fh.flush()
-            os.fsync(fh.fileno())
-        if self.path.exists():
-            os.replace(self.path, self.backup)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_durably(self.path, encode_epoch_file(self.entries), self.backup)

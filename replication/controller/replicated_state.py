@@ -8,27 +8,13 @@ driver reports only commits past the commit index it recovered, so a member appl
 from __future__ import annotations
 
 import logging
-from typing import Protocol
 
 from formats.dledger import MAGIC_NORMAL
 from replication.controller.event_codec import EventError, decode_event
 from replication.controller.group_state import GroupState, apply
+from replication.dledger.raft_log import RaftLog
 
 log = logging.getLogger(__name__)
-
-
-class EntryLike(Protocol):
-    @property
-    def body(self) -> bytes: ...
-
-    @property
-    def magic(self) -> int: ...
-
-
-class EntrySource(Protocol):
-    """Committed raft entries by index (a raft log)."""
-
-    def entry(self, index: int) -> EntryLike | None: ...
 
 
 class ControllerState:
@@ -41,7 +27,7 @@ class ControllerState:
     def group(self, name: str) -> GroupState:
         return self.groups.get(name) or GroupState(name)
 
-    def apply_committed(self, entries: EntrySource, commit_index: int) -> None:
+    def apply_committed(self, entries: RaftLog, commit_index: int) -> None:
         """Apply every entry up to ``commit_index``. A damaged entry is skipped with a warning,
         the same on every member (they hold the same bytes), so the members still agree."""
         for index in range(self.applied + 1, commit_index + 1):
