@@ -105,16 +105,34 @@ class ReplicationConfig:
     # a link silent this long is dropped (RocketMQ's haHousekeepingInterval)
     ha_housekeeping_interval_ms: int = 20_000
     ha_reconnect_interval_ms: int = 5_000
+    # RocketMQ 5's controller mode (sync or async only): the name servers' controller elects each
+    # group's master from its SyncStateSet; ids no longer decide roles
+    controller: bool = False
+    # controller mode: a slave behind this long leaves the SyncStateSet (haMaxTimeSlaveNotCatchup)
+    ha_max_time_slave_not_catchup_ms: int = 15_000
+    # controller mode: a put is refused (IN_SYNC_REPLICAS_NOT_ENOUGH) while the SyncStateSet is smaller
+    min_in_sync_replicas: int = 1
+    # controller mode: elect from every replica, not only the SyncStateSet (loses acknowledged messages)
+    unclean_election: bool = False
+    controller_heartbeat_interval_ms: int = 200
+    controller_heartbeat_timeout_ms: int = 3_000
 
     def __post_init__(self) -> None:
         if self.mode not in get_args(ReplicationMode):
             raise ConfigError(
                 f"replication.mode must be one of {get_args(ReplicationMode)}, not {self.mode!r}"
             )
+        if self.controller and self.mode == "dledger":
+            raise ConfigError("replication.controller needs mode 'sync' or 'async' (dledger elects by raft)")
+        if self.min_in_sync_replicas < 1:
+            raise ConfigError("replication.min_in_sync_replicas must be at least 1")
+        if self.controller_heartbeat_timeout_ms <= 2 * self.controller_heartbeat_interval_ms:
+            raise ConfigError("replication.controller_heartbeat_timeout_ms must exceed two heartbeat intervals")
         if not 1 <= self.ha_transfer_batch_bytes <= 32 * 1024:
             raise ConfigError("replication.ha_transfer_batch_bytes must be in 1..32768 (the HA protocol's limit)")
         for name in ("ha_slave_fallbehind_max", "ha_heartbeat_interval_ms", "ha_housekeeping_interval_ms",
-                     "ha_reconnect_interval_ms"):
+                     "ha_reconnect_interval_ms", "ha_max_time_slave_not_catchup_ms",
+                     "controller_heartbeat_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"replication.{name} must be positive")
 
@@ -278,7 +296,8 @@ class Config:
         metrics = self.metrics_listen_of(name)
         fixed = [metrics] if self.metrics.enabled and metrics and not metrics.endswith(":0") else []
         if (ns := self.nameserver(name)) is not None:
-            return [ns.listen, *fixed]
+            raft = [shifted(ns.listen, 1)] if self.replication.controller else []
+            return [ns.listen, *raft, *fixed]
         if (broker := self.broker_node(name)) is not None:
             ha = [] if broker.listen.endswith(":0") else [shifted(broker.listen, 1)]
             return [broker.listen, *ha, *fixed]
@@ -357,6 +376,12 @@ def parse_config(raw: dict[str, Any], source: Path | None = None) -> Config:
         listens += config.listens_of(proxy.name)
     fixed = [n.metrics_listen for n in config.nameservers] + [b.metrics_listen for b in config.brokers]
     listens += [m for m in fixed if m and not m.endswith(":0")]  # a proxy's is in listens_of
+    if config.replication.controller:
+        listens += [shifted(ns.listen, 1) for ns in config.nameservers]
+        fixed_ports = [ns.name for ns in config.nameservers if ns.listen.endswith(":0")]
+        if fixed_ports:
+            raise ConfigError(f"replication.controller: name servers {', '.join(fixed_ports)} need a fixed port "
+                              "(the controller's raft port is the next one)")
     taken = sorted({a for a in listens if listens.count(a) > 1})
     if taken:
         raise ConfigError(f"listen addresses used twice (a proxy's doors take the ports after its own): {', '.join(taken)}")

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from core.client.fault import FaultSettings
     from core.client.selection import QueueSelector
     from core.config import Config, NameServerSettings
+    from core.namesrv.controller import HostedController
     from core.namesrv.route_table import RouteTable
-    from core.node_specs import BrokerNode
+    from core.node_specs import BrokerNode, NameServerNode
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchBatch
@@ -74,6 +75,18 @@ def mq_route_table(settings: NameServerSettings) -> RouteTable | None:
     Called once by each name server process at start with its ``[namesrv]`` settings. The
     built-in ``routing`` plugin returns RocketMQ's rules; ``None`` means "not mine". A name
     server with no route table refuses to start.
+    """
+
+
+@hookspec(firstresult=True)
+def mq_controller(node: NameServerNode, config: Config, data_dir: Path) -> HostedController | None:
+    """Make the controller member name server ``node`` hosts (pick one).
+
+    Called once by each name server process at start when ``replication.controller`` is on;
+    ``data_dir`` is the node's own folder (its raft log goes under it). The built-in
+    ``ha_controller`` plugin returns RocketMQ 5's controller, replicated over every name server
+    by the project's raft engine. A name server asked to host one that no plugin makes refuses
+    to start.
     """
 
 

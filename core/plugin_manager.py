@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from core.client.fault import FaultSettings
     from core.client.selection import QueueSelector
     from core.config import Config, NameServerSettings
+    from core.namesrv.controller import HostedController
     from core.namesrv.route_table import RouteTable
-    from core.node_specs import BrokerNode
+    from core.node_specs import BrokerNode, NameServerNode
     from core.remoting.command import RemotingCommand
     from core.remoting.connection import Connection
     from core.store.dispatch import DispatchRequest
@@ -97,6 +98,10 @@ class PluginHost:
 
     def route_table(self, settings: NameServerSettings) -> RouteTable | None:
         result: RouteTable | None = self._pm.hook.mq_route_table(settings=settings)
+        return result
+
+    def controller(self, node: NameServerNode, config: Config, data_dir: Path) -> HostedController | None:
+        result: HostedController | None = self._pm.hook.mq_controller(node=node, config=config, data_dir=data_dir)
         return result
 
     def message_store(self, mode: str, node: BrokerNode, config: Config, root: Path) -> MessageStore | None:

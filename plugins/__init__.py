@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import ModuleType
 
 from core.plugin_manager import PluginHost
-from plugins import ha_async, ha_dledger, ha_sync, routing, selection
+from plugins import ha_async, ha_controller, ha_dledger, ha_sync, routing, selection
 
-BUILTIN_PLUGINS: tuple[ModuleType, ...] = (routing, selection, ha_async, ha_sync, ha_dledger)
+BUILTIN_PLUGINS: tuple[ModuleType, ...] = (routing, selection, ha_async, ha_sync, ha_dledger, ha_controller)
 
 
 def plugin_host(*, load_entry_points: bool = True) -> PluginHost:

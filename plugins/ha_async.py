@@ -13,4 +13,6 @@ from replication.master_slave.strategy import MasterSlaveReplication
 
 @hookimpl
 def mq_replication(mode: str, node: BrokerNode, config: Config, store: MessageStore) -> Replication | None:
-    return MasterSlaveReplication(node, config, store, sync=False) if mode == "async" else None
+    if mode != "async" or config.replication.controller:  # controller mode: the ha_controller plugin's
+        return None
+    return MasterSlaveReplication(node, config, store, sync=False)

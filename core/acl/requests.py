@@ -8,7 +8,7 @@ handler: what is checked is what the handler acts on. Names a handler finds only
 are checked by the handler, through the same policy (``Broker.acl_refusal``): the topic of a
 message viewed or sent back by its CommitLog offset, the real topic of a transaction half.
 
-Every request code a broker serves is in exactly one of :data:`RULES` (it names topics or
+Every request code a broker or the controller serves is in exactly one of :data:`RULES` (it names topics or
 groups), :data:`ADMIN_CODES` (an admin account only) or :data:`NAMES_NOTHING` (with why);
 ``tests/core/test_acl_requests.py`` walks the broker's request table to hold that, and
 docs/security.md shows :func:`rules_table`. As RocketMQ's ACL, a group is checked as the
@@ -178,6 +178,10 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
     RequestCode.SET_MESSAGE_REQUEST_MODE,  # how every client of a group reads a topic
     215,  # DELETE_TOPIC_IN_BROKER (not served)
+    # controller mode: what changes a group's master, SyncStateSet or replicas, or a broker's role
+    RequestCode.BROKER_HEARTBEAT, RequestCode.CONTROLLER_REGISTER_BROKER, RequestCode.CONTROLLER_APPLY_BROKER_ID,
+    RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, RequestCode.CONTROLLER_ELECT_MASTER, RequestCode.CLEAN_BROKER_DATA,
+    RequestCode.UPDATE_CONTROLLER_CONFIG, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
 })
 
 # requests served that name no topic and no group: a valid signature is all they need
@@ -190,6 +194,12 @@ NAMES_NOTHING: Mapping[int, str] = MappingProxyType({
     RequestCode.END_TRANSACTION: "a transaction half by its two offsets (the handler then needs PUB on the half's "
                                  "real topic, and the producer group the half names)",
     RequestCode.CHECK_CLIENT_CONFIG: "a filter expression to parse (its body's group and topic are not used)",
+    RequestCode.CONTROLLER_GET_REPLICA_INFO: "a broker group's master and SyncStateSet (the controller)",
+    RequestCode.CONTROLLER_GET_METADATA_INFO: "the controller group's leader and members",
+    RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: "broker groups' replicas and whether each is alive (the controller)",
+    RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: "the next unused broker id of a group (the controller)",
+    RequestCode.GET_CONTROLLER_CONFIG: "the controller's settings",
+    RequestCode.GET_BROKER_EPOCH_CACHE: "a broker's epochs and log end (a returning slave compares them)",
 })
 
 

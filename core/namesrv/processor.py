@@ -1,4 +1,7 @@
-"""Name server request handling: registration, routes, cluster info, KV config."""
+"""Name server request handling: registration, routes, cluster info, KV config; and the
+controller's requests (controller mode), handed to the controller it hosts once the ACL (when
+on) admitted them: a valid signature for every controller request, an admin account for those
+that change its state (RocketMQ's controller checks nothing)."""
 
 from __future__ import annotations
 
@@ -9,12 +12,16 @@ from typing import Any
 
 import orjson
 
+from core.acl.file import AclFile
+from core.addresses import split_address
 from core.clock import now_ms
+from core.namesrv.controller import HostedController
 from core.namesrv.kv_config import KVConfig
 from core.namesrv.route_table import RouteTable
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.connection import Connection
+from core.remoting.processor import Reply
 from core.topic_names import queue_nums_problem, shown, topic_problem
 
 log = logging.getLogger(__name__)
@@ -26,10 +33,14 @@ def json_body(doc: object) -> bytes:
 
 
 class NameServerProcessor:
-    def __init__(self, routes: RouteTable, kv: KVConfig, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(self, routes: RouteTable, kv: KVConfig, clock: Callable[[], int] = now_ms, *,
+                 controller: HostedController | None = None, acl: AclFile | None = None) -> None:
         self.routes = routes
         self.kv = kv
         self.clock = clock
+        self.controller = controller
+        self.acl = acl
+        self.acl_refusals = 0
         self._handlers: dict[int, Callable[[RemotingCommand, Connection], RemotingCommand]] = {
             RequestCode.REGISTER_BROKER: self._register_broker,
             RequestCode.UNREGISTER_BROKER: self._unregister_broker,
@@ -43,7 +54,9 @@ class NameServerProcessor:
             RequestCode.GET_KVLIST_BY_NAMESPACE: self._kv_namespace,
         }
 
-    def process(self, request: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def process(self, request: RemotingCommand, conn: Connection) -> Reply:
+        if self.controller is not None and request.code in self.controller.codes:
+            return self._to_controller(self.controller, request, conn)
         handler = self._handlers.get(request.code)
         if handler is None:
             # stock name servers stay silent here and the C++ client times out: answer
@@ -54,6 +67,19 @@ class NameServerProcessor:
     def connection_closed(self, conn: Connection) -> None:
         for addr in self.routes.remove_connection(conn):
             log.info("broker %s removed: its connection closed", addr)
+        if self.controller is not None:
+            self.controller.connection_closed(conn)
+
+    def _to_controller(self, controller: HostedController, request: RemotingCommand, conn: Connection) -> Reply:
+        if self.acl is not None:
+            self.acl.keep_current()
+            ip = split_address(conn.remote)[0] if ":" in conn.remote else ""
+            refused = self.acl.policy.check(request, ip)
+            if refused is not None:
+                self.acl_refusals += 1
+                log.warning("refused controller request %d from %s: %s", request.code, conn.remote, refused)
+                return request.reply(ResponseCode.NO_PERMISSION, refused)
+        return controller.process(request, conn)
 
     # ------------------------------------------------------------------ brokers
 

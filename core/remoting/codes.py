@@ -59,6 +59,21 @@ class RequestCode(enum.IntEnum):
     RECALL_MESSAGE = 370
     QUERY_ASSIGNMENT = 400
     SET_MESSAGE_REQUEST_MODE = 401
+    # RocketMQ 5's controller mode (the controller in the name servers; 1007 and 1008 to brokers)
+    BROKER_HEARTBEAT = 904
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
+    CONTROLLER_REGISTER_BROKER = 1003
+    CONTROLLER_GET_REPLICA_INFO = 1004
+    CONTROLLER_GET_METADATA_INFO = 1005
+    CONTROLLER_GET_SYNC_STATE_DATA = 1006
+    GET_BROKER_EPOCH_CACHE = 1007
+    NOTIFY_BROKER_ROLE_CHANGED = 1008
+    UPDATE_CONTROLLER_CONFIG = 1009
+    GET_CONTROLLER_CONFIG = 1010
+    CLEAN_BROKER_DATA = 1011
+    CONTROLLER_GET_NEXT_BROKER_ID = 1012
+    CONTROLLER_APPLY_BROKER_ID = 1013
     # mqctl's own (RocketMQ 4.x has no broker request for it): hand a raft group's leadership to
     # the member named in extFields "target"; answered at once, the election follows within a lease
     TRANSFER_LEADERSHIP = 60001
@@ -111,6 +126,8 @@ class ResponseCode(enum.IntEnum):
     CONTROLLER_ELECT_MASTER_FAILED = 2012
     CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
     CONTROLLER_BROKER_ID_INVALID = 2014
+    CONTROLLER_JRAFT_INTERNAL_ERROR = 2015
+    CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS = 2016
 
 
 class LanguageCode(enum.IntEnum):

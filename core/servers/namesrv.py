@@ -7,6 +7,7 @@ from pathlib import Path
 
 import trio
 
+from core.acl.file import AclFile
 from core.addresses import split_address
 from core.clock import now_ms
 from core.config import Config
@@ -32,7 +33,15 @@ async def serve_nameserver(
     routes = plugins.route_table(config.namesrv)
     if routes is None:
         raise CoreError("no plugin provides the route table (is the routing plugin blocked?)")
-    processor = NameServerProcessor(routes, KVConfig(data_dir / node.name / "kvConfig.json"))
+    controller = None
+    if config.replication.controller:
+        controller = plugins.controller(node, config, data_dir / node.name)
+        if controller is None:
+            raise CoreError("replication.controller is on and no plugin makes the controller "
+                            "(is the ha_controller plugin blocked?)")
+    acl = AclFile(config.acl_file) if config.acl.enabled else None
+    processor = NameServerProcessor(routes, KVConfig(data_dir / node.name / "kvConfig.json"),
+                                    controller=controller, acl=acl)
     host, port = split_address(node.listen)
     latency = answer_latency(config.metrics.label_values_max, timed=config.metrics.enabled)
     async with trio.open_nursery() as nursery:
@@ -40,6 +49,8 @@ async def serve_nameserver(
             processor, host, port, plugins=plugins, on_close=processor.connection_closed,
             limits=config.namesrv.limits, latency=latency, task_status=task_status))
         nursery.start_soon(_scan, routes, config.namesrv.scan_interval_ms / 1000)
+        if controller is not None:
+            await nursery.start(controller.run)
         if config.metrics.enabled:
             registry = node_registry("nameserver", config.cluster.name, node.name,
                                      lambda out: fill_nameserver(processor, latency, out))

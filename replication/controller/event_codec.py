@@ -5,6 +5,7 @@
  {"event": "elected", "group": "broker-a", "masterId": 1 | null, "masterEpoch": 3,
   "syncStateSet": [1], "syncStateSetEpoch": 4}
  {"event": "altered", "group": "broker-a", "syncStateSet": [0, 1], "syncStateSetEpoch": 5}
+ {"event": "cleaned", "group": "broker-a", "brokerIds": [2]}
 ```
 
 Entries are checked field by field when read, as anything read from disk or the wire is: a
@@ -18,7 +19,13 @@ from typing import Any
 import orjson
 
 from core.topic_names import group_problem
-from replication.controller.group_state import Event, MasterElected, ReplicaRegistered, SyncStateSetAltered
+from replication.controller.group_state import (
+    Event,
+    MasterElected,
+    ReplicaRegistered,
+    ReplicasCleaned,
+    SyncStateSetAltered,
+)
 
 ENTRY_BYTES_MAX = 64 * 1024
 SET_SIZE_MAX = 1024
@@ -37,9 +44,11 @@ def encode_event(event: Event) -> bytes:
         doc = {"event": "elected", "group": event.group, "masterId": event.master_id,
                "masterEpoch": event.master_epoch, "syncStateSet": sorted(event.sync_state_set),
                "syncStateSetEpoch": event.sync_state_set_epoch}
-    else:
+    elif isinstance(event, SyncStateSetAltered):
         doc = {"event": "altered", "group": event.group, "syncStateSet": sorted(event.sync_state_set),
                "syncStateSetEpoch": event.sync_state_set_epoch}
+    else:
+        doc = {"event": "cleaned", "group": event.group, "brokerIds": sorted(event.broker_ids)}
     return orjson.dumps(doc)
 
 
@@ -67,6 +76,8 @@ def decode_event(body: bytes) -> Event:
                              _set(doc), _count(doc, "syncStateSetEpoch"))
     if kind == "altered":
         return SyncStateSetAltered(group, _set(doc), _count(doc, "syncStateSetEpoch"))
+    if kind == "cleaned":
+        return ReplicasCleaned(group, _set(doc, "brokerIds"))
     raise EventError(f"unknown controller event {str(kind)[:40]!r}")
 
 
@@ -77,10 +88,10 @@ def _count(doc: dict[str, Any], key: str) -> int:
     return value
 
 
-def _set(doc: dict[str, Any]) -> frozenset[int]:
-    members = doc.get("syncStateSet")
+def _set(doc: dict[str, Any], key: str = "syncStateSet") -> frozenset[int]:
+    members = doc.get(key)
     if not isinstance(members, list) or len(members) > SET_SIZE_MAX:
-        raise EventError("syncStateSet must be a list of broker ids")
+        raise EventError(f"{key} must be a list of broker ids")
     if any(type(m) is not int or not 0 <= m < 2**31 for m in members):
-        raise EventError("syncStateSet must hold broker ids")
+        raise EventError(f"{key} must hold broker ids")
     return frozenset(members)

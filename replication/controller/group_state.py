@@ -95,7 +95,15 @@ class SyncStateSetAltered:
     sync_state_set_epoch: int
 
 
-Event = ReplicaRegistered | MasterElected | SyncStateSetAltered
+@dataclass(frozen=True, slots=True)
+class ReplicasCleaned:
+    """Replicas an operator removed from the group (CLEAN_BROKER_DATA): gone for good."""
+
+    group: str
+    broker_ids: frozenset[int]
+
+
+Event = ReplicaRegistered | MasterElected | SyncStateSetAltered | ReplicasCleaned
 
 
 def register(state: GroupState, broker_id: int, address: str) -> ReplicaRegistered | None:
@@ -163,6 +171,22 @@ def alter_sync_state_set(state: GroupState, master_id: int, master_epoch: int, n
     return SyncStateSetAltered(state.group, frozenset(new_set), state.sync_state_set_epoch + 1)
 
 
+def clean(state: GroupState, broker_ids: frozenset[int], alive: frozenset[int]) -> ReplicasCleaned:
+    """An operator's request to forget replicas: never the master or a live broker, whose data
+    would otherwise be orphaned while it still serves."""
+    if not broker_ids:
+        raise Refused(ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA, "name the broker ids to clean")
+    unknown = sorted(broker_ids - state.replicas.keys())
+    if unknown:
+        raise Refused(ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+                      f"brokers {unknown} are not replicas of {state.group}")
+    busy = sorted(b for b in broker_ids if b == state.master_id or b in alive)
+    if busy:
+        raise Refused(ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+                      f"brokers {busy} of {state.group} are the master or alive: stop them first")
+    return ReplicasCleaned(state.group, frozenset(broker_ids))
+
+
 def apply(groups: dict[str, GroupState], event: Event) -> None:
     """Make ``event`` part of the state (every controller member, in the raft log's order)."""
     state = groups.setdefault(event.group, GroupState(event.group))
@@ -173,6 +197,10 @@ def apply(groups: dict[str, GroupState], event: Event) -> None:
         state.master_epoch = event.master_epoch
         state.sync_state_set = event.sync_state_set
         state.sync_state_set_epoch = event.sync_state_set_epoch
-    else:
+    elif isinstance(event, SyncStateSetAltered):
         state.sync_state_set = event.sync_state_set
         state.sync_state_set_epoch = event.sync_state_set_epoch
+    else:
+        for broker_id in event.broker_ids:
+            state.replicas.pop(broker_id, None)
+        state.sync_state_set = state.sync_state_set - event.broker_ids
