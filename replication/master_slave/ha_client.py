@@ -6,7 +6,7 @@ With ACL on, it first proves its membership and checks the master's
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -38,10 +38,17 @@ class HAClient:
     """Keeps a slave's store a byte-for-byte copy of its master's CommitLog."""
 
     def __init__(self, store: ReplicatedStore, settings: ReplicationConfig, *,
-                 prover: Callable[[], Connector] | None = None, source_host: str | None = None) -> None:
+                 prover: Callable[[], Connector] | None = None, source_host: str | None = None,
+                 preface: Callable[[trio.SocketStream], Awaitable[None]] | None = None,
+                 on_appended: Callable[[int], None] | None = None) -> None:
         """``prover``: with ACL on, a fresh connector for each connection's handshake.
-        ``source_host``: the local address connections to the master start from (None: any)."""
+        ``source_host``: the local address connections to the master start from (None: any).
+        ``preface``: what a link starts with before the first report (controller mode: the
+        epochs' handshake, which may cut this store's log). ``on_appended``: called with the
+        log's end after each append."""
         self.store = store
+        self._preface = preface
+        self._on_appended = on_appended
         self.source_host = source_host
         self.settings = settings
         self._prover = prover
@@ -90,12 +97,14 @@ class HAClient:
         except (OSError, trio.TooSlowError) as exc:
             log.debug("cannot reach master HA %s: %s", address, exc)
             return False
-        session = ReplicaSession(self.store, self._window)
         sending = trio.StrictFIFOLock()  # the receive loop and the periodic report share the stream
         again = False
         try:
             if self._prover is not None and not await self._prove(stream, address):
                 return False
+            if self._preface is not None:
+                await self._preface(stream)
+            session = ReplicaSession(self.store, self._window)  # after the preface: it may cut the log
             self.local_addr = "{}:{}".format(*stream.socket.getsockname()[:2])
             self.connected = True
             self.links_made += 1
@@ -110,8 +119,8 @@ class HAClient:
                 nursery.cancel_scope.cancel()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as broken:
             log.info("link to master %s broke: %s", address, broken.exceptions[0])
-        except* ProtocolError as bad:
-            log.warning("dropping the link to master %s: %s", address, bad.exceptions[0])
+        except* (ProtocolError, trio.TooSlowError) as bad:
+            log.warning("dropping the link to master %s: %s", address, bad.exceptions[0] or "too slow")
         except* (StoreError, ValueError) as failed:  # a full disk, bytes that do not fit: retried later
             log.error("cannot apply what master %s sent: %s", address, failed.exceptions[0])
         finally:
@@ -180,6 +189,8 @@ class HAClient:
                     await stream.send_all(encode_report(session.ack_offset))
             if appended:
                 self.store.dispatch_replicated()
+                if self._on_appended is not None:
+                    self._on_appended(self.store.log_end)
 
     async def _report_periodically(self, stream: trio.SocketStream, sending: trio.StrictFIFOLock,
                                    session: ReplicaSession) -> None:

@@ -7,7 +7,7 @@ nothing but the challenge, and it is disconnected when it fails or takes too lon
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -28,11 +28,18 @@ class HAService:
     """Streams the master's CommitLog to every slave that connects."""
 
     def __init__(self, store: ReplicatedStore, settings: ReplicationConfig, sync_timeout_s: float, *,
-                 gate: Callable[[], Acceptor] | None = None) -> None:
-        """``gate``: with ACL on, a fresh acceptor for each connection's handshake."""
+                 gate: Callable[[], Acceptor] | None = None,
+                 preface: Callable[[trio.SocketStream], Awaitable[str]] | None = None,
+                 on_slave_news: Callable[[], None] | None = None) -> None:
+        """``gate``: with ACL on, a fresh acceptor for each connection's handshake.
+        ``preface``: what a link starts with before the stream (controller mode: the slave's
+        broker id, returned, and this master's epochs). ``on_slave_news``: called when a
+        slave connects (after its preface), acknowledges, or its link ends."""
         self.store = store
         self.settings = settings
         self._gate = gate
+        self._preface = preface
+        self._on_slave_news = on_slave_news or (lambda: None)
         self.rejected = 0  # connections that did not prove membership
         self.links: list[SlaveLink] = []
         self.transfers = GroupTransferService(self.links, lambda: store.log_end,
@@ -84,12 +91,22 @@ class HAService:
             if proven is None:
                 return
             member = proven
+        if self._preface is not None:
+            named = await self._greet(stream, peer)
+            if named is None or (member and named != member):
+                if named is not None:
+                    log.warning("HA port: %s proved broker id %s and named itself %s: dropped", peer, member, named)
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(stream)
+                return
+            member = named
         now = trio.current_time()
         link = SlaveLink(peer, now, now, member=member)
         self.links.append(link)
+        self._on_slave_news()
         log.info("slave %s connected%s", peer, f" (broker id {member})" if member else "")
         connection = HAConnection(stream, link, self.store, self.settings, start_offset=self.start_offset,
-                                  acked=self.transfers.slave_acked)
+                                  acked=self._slave_acked)
         try:
             await connection.run()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as broken:
@@ -98,9 +115,22 @@ class HAService:
             log.warning("slave %s dropped: %s", peer, bad.exceptions[0])
         finally:
             self.links.remove(link)
+            self._on_slave_news()
             log.info("slave %s disconnected (acked %s)", peer, link.acked)
             with trio.CancelScope(shield=True):
                 await stream.aclose()
+
+    def _slave_acked(self) -> None:
+        self.transfers.slave_acked()
+        self._on_slave_news()
+
+    async def _greet(self, stream: trio.SocketStream, peer: str) -> str | None:
+        assert self._preface is not None
+        try:
+            return await self._preface(stream)
+        except (ProtocolError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.warning("HA port: %s failed the handshake: %s", peer, exc or "too slow")
+            return None
 
     async def _admit(self, stream: trio.SocketStream, peer: str) -> str | None:
         """The broker id a connecting slave proved, or None once a peer that did not prove
