@@ -2,7 +2,7 @@
 
 Where a command lives: node lifecycle (start, stop, restart, status) in ``nodes/commands.py``;
 each admin noun or verb in ``admin/<name>.py`` (topic, cluster, consumer, message, config,
-leader, send, tail); ``bench``, ``chaos``, ``analyze``, ``dump`` and ``top`` (with ``metrics``) in
+leader, failover, send, tail); ``bench``, ``chaos``, ``analyze``, ``dump`` and ``top`` (with ``metrics``) in
 ``<name>/commands.py``.
 Helpers every command shares are in ``common/``. A sub-package imports ``common`` and the ones
 below it in this order: common <- nodes <- admin <- analyze, dump <- bench, chaos.
@@ -21,6 +21,7 @@ from core.errors import CoreError
 from mqctl.admin.cluster import cluster_app
 from mqctl.admin.config import config_app
 from mqctl.admin.consumer import consumer_app
+from mqctl.admin.failover import failover
 from mqctl.admin.group import group_app
 from mqctl.admin.leader import leader_app
 from mqctl.admin.message import message_app
@@ -61,6 +62,7 @@ app.add_typer(bench_app, name="bench")
 app.command("chaos")(chaos)
 app.add_typer(config_app, name="config")
 app.add_typer(leader_app, name="leader")
+app.command("failover")(failover)
 app.command("top")(top)
 app.add_typer(metrics_app, name="metrics")
 give_every_command_root_options(app)  # -c/--config and -v after any command too

@@ -80,8 +80,22 @@ def start(ctx: typer.Context, nodes: NodeNames = None,
           as_json: JsonOutput = False) -> None:
     """Start the config's nodes in the background; returns once all of them serve."""
     config = load(ctx)
+    if (warning := controller_warning(config)) is not None:
+        typer.echo(f"warning: {warning}", err=True)
     rows = start_nodes(config, nodes_of(config, nodes), time.monotonic() + timeout)
     print_rows(rows, ("node", "address", "pid", "state"), as_json=as_json)
+
+
+def controller_warning(config: Config) -> str | None:
+    """Why the config's controller group cannot survive the loss of a name server, if so."""
+    count = len(config.nameservers)
+    if not config.replication.controller or count >= 3:
+        return None
+    if count == 1:
+        return ("replication.controller with one name server: the controller is a single point of failure "
+                "(fine on a laptop); run three name servers to survive the loss of one")
+    return ("replication.controller with two name servers is worse than one: the controller needs both to "
+            "elect a master (a majority of two), so losing either stops failovers; run three")
 
 
 def start_nodes(config: Config, specs: list[NodeSpec], deadline: float) -> list[dict[str, object]]:
@@ -111,6 +125,8 @@ def start_nodes(config: Config, specs: list[NodeSpec], deadline: float) -> list[
                 _wait_registered(config, [s for s, _ in started], deadline)
                 if config.replication.mode == "dledger" and started:
                     _wait_raft_leaders(config, deadline)
+                if config.replication.controller and started:
+                    _wait_controller_masters(config, deadline)
     except CliError:
         for spec in reversed(spawned):  # leave nothing half-started
             with contextlib.suppress(CliError):
@@ -139,6 +155,19 @@ def _wait_raft_leaders(config: Config, deadline: float) -> None:
         while leader_of(group_infos(config, name)) is None:
             if time.monotonic() > deadline:
                 raise CliError(f"raft group {name} elected no leader in time (see mqctl status and the logs)")
+            time.sleep(0.05)
+
+
+def _wait_controller_masters(config: Config, deadline: float) -> None:
+    """Wait until every broker group with a broker running has the master its controller named
+    (so a send right after `mqctl start` finds one)."""
+    for name in config.broker_groups:
+        if not any(running_pid(config, b.node) is not None for b in config.brokers if b.name == name):
+            continue
+        while replication_view.controller_master(group_infos(config, name)) is None:
+            if time.monotonic() > deadline:
+                raise CliError(f"the controller named no master of {name} in time (see mqctl status and the "
+                               "name servers' logs)")
             time.sleep(0.05)
 
 
@@ -306,6 +335,18 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
             row |= {"role": "member", "max_offset": _max_offset(info)}
             row |= replication_view.raft_fields(info, replication_view.raft_leader_info(group),
                                                 alive=alive[spec.name])
+        elif config.replication.controller:  # the controller names the master: as each says
+            group = {b.node: infos.get(b.node) for b in config.brokers if b.name == broker.name}
+            master = replication_view.controller_master(group)
+            if master == spec.name:
+                row |= {"role": "master", "max_offset": _max_offset(info)}
+                row |= replication_view.master_fields(info, alive=alive[spec.name], mode_configured=mode,
+                                                      slaves_configured=len(group) - 1)
+            else:
+                row |= {"role": "slave", "max_offset": _max_offset(info)}
+                row |= replication_view.slave_fields(info, None if master is None else group[master],
+                                                     alive=alive[spec.name], mode_configured=mode)
+            row |= replication_view.controller_fields(info)
         elif broker.is_master:
             row |= {"role": "master", "max_offset": _max_offset(info)}
             row |= replication_view.master_fields(info, alive=alive[spec.name], mode_configured=mode,
@@ -322,8 +363,9 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     if as_json:
         print_rows(rows, columns + extra, as_json=True)
     elif raft or any(not b.is_master for b in config.brokers):  # replication columns only where there is some
-        print_rows([replication_view.table_cells(r) for r in rows],
-                   columns + (replication_view.RAFT_COLUMNS if raft else replication_view.COLUMNS), as_json=False)
+        shown = replication_view.RAFT_COLUMNS if raft else (
+            replication_view.CONTROLLER_COLUMNS if config.replication.controller else replication_view.COLUMNS)
+        print_rows([replication_view.table_cells(r) for r in rows], columns + shown, as_json=False)
     else:
         print_rows(rows, columns, as_json=False)
 

@@ -15,11 +15,13 @@ from typing import Any
 
 RuntimeInfo = Mapping[str, str]
 
-# the fields `mqctl status --json` adds to every row (None where they do not apply)
+# the fields `mqctl status --json` adds to every row (None where they do not apply; the last two
+# under a controller: the master epoch the broker knows and its group's SyncStateSet)
 FIELDS = ("mode", "slaves_connected", "slaves_configured", "connected", "acked_offset", "lag_bytes",
-          "lag_seconds", "state")
+          "lag_seconds", "state", "epoch", "sync_state_set")
 # the table's extra columns, after the original ones
 COLUMNS = ("mode", "connected", "acked_offset", "lag_bytes", "lag_seconds", "state")
+CONTROLLER_COLUMNS = COLUMNS + ("epoch", "sync_state_set")
 UNKNOWN = "-"
 
 
@@ -66,6 +68,24 @@ def caught_up(slave: RuntimeInfo | None, master: RuntimeInfo | None) -> SlaveLin
 
 def _max_offset(info: RuntimeInfo | None) -> int | None:
     return int(info["commitLogMaxOffset"]) if info and "commitLogMaxOffset" in info else None
+
+
+def controller_master(member_infos: Mapping[str, RuntimeInfo | None]) -> str | None:
+    """Under a controller: the node of a group that says it is master (the newest epoch's)."""
+    masters = [(int(i.get("haMasterEpoch", 0)), node) for node, i in member_infos.items()
+               if i and i.get("haRole") == "master"]
+    return max(masters)[1] if masters else None
+
+
+def controller_fields(info: RuntimeInfo | None) -> dict[str, Any]:
+    """The master epoch a broker under a controller knows, and its group's SyncStateSet."""
+    if not info or info.get("haController") != "true":
+        return {}
+    try:
+        members = [int(b) for b in json.loads(info.get("haSyncStateSet") or "[]")]
+    except (ValueError, TypeError):
+        members = []
+    return {"epoch": int(info.get("haMasterEpoch", 0)), "sync_state_set": members}
 
 
 def nameserver_fields(alive: bool) -> dict[str, Any]:

@@ -127,6 +127,7 @@ class ControllerReplication:
             info["haSlaves"] = orjson.dumps(self.keeper.slaves()).decode()
         if self.client is not None:
             info.update(haMasterHaAddr=self.client.master_ha or "", haConnected=str(self.client.connected).lower(),
+                        haLocalAddr=self.client.local_addr or "", haRefused=self.client.refused or "",
                         haTruncatedBytes=str(self.client.truncated_bytes))
         return info
 

@@ -6,6 +6,7 @@ back as a slave of the new one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from core.client.producer import Message, Producer, SendError
 from core.client.runtime import open_client
 from core.config import load_config
 from mqctl.common import probe
+from mqctl.nodes.commands import controller_warning
 from mqctl.nodes.processes import running_pid
 from tests.conftest import Cluster, free_port
 
@@ -141,8 +143,37 @@ def test_the_master_killed_is_replaced_within_a_second_and_loses_nothing(control
     assert controlled.mqctl("start").returncode == 0
     wait_for(lambda: (i := infos(config)["broker-a-0"]) and i.get("haRole") == "slave"
              and i.get("haConnected") == "true")
+    status = controlled.mqctl("status", "--json")
+    rows = {r["node"]: r for r in map(json.loads, status.stdout.splitlines())}
+    master_row = rows[new_master[0]]
+    assert (master_row["role"], master_row["epoch"]) == ("master", 2), master_row
+    assert new_master[0] in [f"broker-a-{i}" for i in master_row["sync_state_set"]]
+    assert rows["broker-a-0"]["role"] == "slave" and rows["broker-a-0"]["epoch"] == 2
+    # a planned switchover back to broker 0, once it is in sync again
+    wait_for(lambda: (i := infos(config)[new_master[0]]) and 0 in json.loads(i["haSyncStateSet"]))
+    moved = controlled.mqctl("failover", "broker-a", "--to", "0", "--json")
+    assert moved.returncode == 0, moved.stderr
+    row = json.loads(moved.stdout)
+    assert (row["master"], row["previous"], row["epoch"]) == ("broker-a-0", int(new_master[0][-1]), 3), row
+    print(f"mqctl failover broker-a --to 0: {row['seconds'] * 1000:.0f} ms")
+    assert master_of(config, newer_than=2) == ("broker-a-0", 3)
+    refused = controlled.mqctl("failover", "broker-a", "--to", "0")
+    assert refused.returncode != 0 and "master already" in refused.stderr
+    sent = controlled.mqctl("send", TOPIC, "after-switchover", "--json")
+    assert json.loads(sent.stdout)["status"] == "SEND_OK", sent.stdout
+    acked.append("after-switchover")
     tail = controlled.mqctl("tail", TOPIC, "--from-beginning", "--count", str(len(acked)), "--json", timeout=120)
     assert tail.returncode == 0, tail.stderr[-2000:]
     bodies = {json.loads(line)["body"] for line in tail.stdout.splitlines()}
     assert set(acked) <= bodies, sorted(set(acked) - bodies)[:10]
     assert took < 1.0
+
+
+@pytest.mark.parametrize("count, says", [(1, "single point of failure"), (2, "worse than one"), (3, None)])
+def test_start_warns_of_a_controller_group_that_cannot_lose_a_name_server(tmp_path, count, says):
+    path = tmp_path / "conf.toml"
+    write_controller_config(path)
+    config = load_config(path)
+    config = dataclasses.replace(config, nameservers=config.nameservers[:count])
+    warning = controller_warning(config)
+    assert (warning is None) if says is None else (says in warning)
