@@ -30,6 +30,10 @@ class ReadOnlyStoreError(StoreError):
     """A replica's store refuses local writes (they go to its master)."""
 
 
+class InSyncReplicasError(StoreError):
+    """Too few replicas hold the log for a put to be taken (controller mode's min_in_sync_replicas)."""
+
+
 class UnsafePathError(StoreError):
     """A name that would make the store open a path outside its folder (or no valid path at all)."""
 

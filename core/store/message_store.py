@@ -203,6 +203,10 @@ class MessageStore:
             self.gate.set_read_only(None)
         self.role = role
 
+    def set_replicas_short(self, reason: str | None) -> None:
+        """Refuse puts with ``reason`` while too few replicas are in sync (None: take them)."""
+        self.gate.set_replicas_short(reason)
+
     def on_truncate(self, listener: TruncationListener) -> None:
         """Call ``listener(end)`` after every :meth:`truncate`, once the store's own derived
         state is cut: the broker's state derived from the log (timers, transaction halves,

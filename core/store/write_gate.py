@@ -1,19 +1,19 @@
 """Whether a store takes local writes now, and why not: not open yet (or closed), a replica's
-role, a full disk, or a failed flush (after which nothing written could be promised durable).
+role, a full disk, too few in-sync replicas (controller mode), or a failed flush (after which nothing written could be promised durable).
 The put path reads one field, :attr:`WriteGate.refusal` (None while writes are taken)."""
 
 from __future__ import annotations
 
 from typing import NoReturn
 
-from core.errors import DiskFullError, ReadOnlyStoreError, StoreClosedError, StoreError
+from core.errors import DiskFullError, InSyncReplicasError, ReadOnlyStoreError, StoreClosedError, StoreError
 from core.store.store_types import StoreStatistics
 
 
 class WriteGate:
     """The reasons a store refuses writes; :attr:`refusal` is the one that counts now."""
 
-    __slots__ = ("disk_full", "flush_failed", "open", "read_only", "refusal", "stats")
+    __slots__ = ("disk_full", "flush_failed", "open", "read_only", "refusal", "replicas_short", "stats")
 
     def __init__(self, stats: StoreStatistics) -> None:
         self.stats = stats
@@ -21,6 +21,7 @@ class WriteGate:
         self.open = False
         self.read_only: str | None = None  # why a replica refuses local writes
         self.disk_full: str | None = None
+        self.replicas_short: str | None = None  # why too few replicas are in sync to take a put
         self.flush_failed = False
 
     def opened(self) -> None:
@@ -40,6 +41,10 @@ class WriteGate:
         self.disk_full = reason
         self._settle()
 
+    def set_replicas_short(self, reason: str | None) -> None:
+        self.replicas_short = reason
+        self._settle()
+
     def fail_flush(self, reason: str) -> None:
         """A flush failed: writes are refused until the store is reopened."""
         self.flush_failed = True
@@ -47,7 +52,7 @@ class WriteGate:
 
     def _settle(self) -> None:
         if self.open and not self.flush_failed:
-            self.refusal = self.read_only or self.disk_full
+            self.refusal = self.read_only or self.disk_full or self.replicas_short
 
     def refuse(self) -> NoReturn:
         """Raise the error :attr:`refusal` stands for."""
@@ -58,4 +63,6 @@ class WriteGate:
         if self.refusal is self.disk_full:
             self.stats.refused_disk_full += 1
             raise DiskFullError(self.refusal)
+        if self.refusal is self.replicas_short:
+            raise InSyncReplicasError(self.replicas_short)
         raise StoreError(self.refusal or "writes refused")

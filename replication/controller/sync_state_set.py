@@ -44,6 +44,7 @@ class SyncStateSetKeeper:
         self.link = link
         self.store = store
         self.catchup_max_s = settings.ha_max_time_slave_not_catchup_ms / 1000
+        self.min_in_sync = settings.min_in_sync_replicas
         self.service: HAService | None = None
         self.acks = AckWaiters()
         self.joining: dict[int, int] = {}  # broker id -> the confirm offset when it began joining
@@ -85,11 +86,20 @@ class SyncStateSetKeeper:
         """The controller's SyncStateSet of this master epoch (a heartbeat's answer)."""
         if epoch > self.epoch:
             self.members, self.epoch = members, epoch
+            self.check_enough()
             self.slave_news()
 
     def deposed(self) -> None:
         self._deposed = True
+        self.store.set_replicas_short(None)  # a replica's own refusal takes over
         self.acks.wake()
+
+    def check_enough(self) -> None:
+        """Refuse puts while the set is smaller than min_in_sync_replicas (RocketMQ's check)."""
+        short = len(self.members) < self.min_in_sync
+        self.store.set_replicas_short(
+            f"the SyncStateSet holds {len(self.members)} broker(s), min_in_sync_replicas is {self.min_in_sync}"
+            if short else None)
 
     async def wait_all_acked(self, end: int, timeout_s: float) -> Replicated:
         if not self._waited():
@@ -100,6 +110,7 @@ class SyncStateSetKeeper:
         return Replicated.OK if done else Replicated.TIMEOUT
 
     async def run(self) -> None:
+        self.check_enough()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.acks.tick)
             while not self._deposed:
@@ -134,6 +145,7 @@ class SyncStateSetKeeper:
         self.alters += 1
         log.info("SyncStateSet %s -> %s (epoch %d)", sorted(self.members), sorted(members), epoch)
         self.members, self.epoch = members, epoch
+        self.check_enough()
         for b in ready:
             self.joining.pop(b, None)
         self.slave_news()

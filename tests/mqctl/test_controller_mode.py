@@ -6,11 +6,13 @@ back as a slave of the new one."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,7 @@ from tests.conftest import Cluster, free_port
 TOPIC = "Elected"
 
 
-def write_controller_config(path: Path, mode: str = "sync") -> list[str]:
+def write_controller_config(path: Path, mode: str = "sync", replication: str = "") -> list[str]:
     namesrvs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     tables = "".join(f'[[nameservers]]\nname = "ns{i}"\nlisten = "{a}"\n' for i, a in enumerate(namesrvs))
     tables += "".join(f'[[brokers]]\nname = "broker-a"\nid = {i}\nlisten = "127.0.0.1:{free_port()}"\n'
@@ -42,17 +44,18 @@ index_entries = 40000
 [replication]
 mode = "{mode}"
 controller = true
+{replication}
 [broker]
 register_interval_ms = 2000
 {tables}""")
     return namesrvs
 
 
-@pytest.fixture
-def controlled(tmp_path, subprocess_env):
+@contextlib.contextmanager
+def controlled_cluster(tmp_path: Path, env: dict[str, str], replication: str = "") -> Iterator[Cluster]:
     path = tmp_path / "conf.toml"
-    namesrvs = write_controller_config(path)
-    cluster = Cluster(path, ";".join(namesrvs), dict(subprocess_env, HOME=str(tmp_path)), (), ())
+    namesrvs = write_controller_config(path, replication=replication)
+    cluster = Cluster(path, ";".join(namesrvs), dict(env, HOME=str(tmp_path)), (), ())
     started = cluster.mqctl("start")
     assert started.returncode == 0, started.stderr
     try:
@@ -60,6 +63,12 @@ def controlled(tmp_path, subprocess_env):
     finally:
         if cluster.mqctl("stop", timeout=60).returncode != 0:
             cluster.mqctl("stop", "--force")
+
+
+@pytest.fixture
+def controlled(tmp_path, subprocess_env):
+    with controlled_cluster(tmp_path, subprocess_env) as cluster:
+        yield cluster
 
 
 def infos(config) -> dict[str, dict[str, str] | None]:
@@ -177,3 +186,58 @@ def test_start_warns_of_a_controller_group_that_cannot_lose_a_name_server(tmp_pa
     config = dataclasses.replace(config, nameservers=config.nameservers[:count])
     warning = controller_warning(config)
     assert (warning is None) if says is None else (says in warning)
+
+
+def test_a_slave_killed_stalls_sync_sends_briefly_and_too_few_in_sync_replicas_refuse_puts(tmp_path, subprocess_env):
+    with controlled_cluster(tmp_path, subprocess_env, replication="min_in_sync_replicas = 2") as cluster:
+        config = load_config(cluster.config)
+        wait_for(lambda: (i := infos(config)["broker-a-0"]) and json.loads(i["haSyncStateSet"]) == [0, 1, 2])
+        acks: list[float] = []
+        refusals: list[str] = []
+        killed: dict[str, float] = {}
+
+        async def produce(stop: trio.Event) -> None:
+            async with open_client(config.namesrv_addresses, instance="slave-kill") as client:
+                producer = Producer(client, "slave-kill", compression=None, timeout_s=3.0, retries=0)
+                while not stop.is_set():
+                    try:
+                        await producer.send(Message(TOPIC, b"x"))
+                        acks.append(time.monotonic())
+                    except SendError as exc:
+                        refusals.append(str(exc))
+                        await trio.sleep(0.05)
+
+        async def drill() -> None:
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(produce, stop)
+                with trio.fail_after(30):
+                    while len(acks) < 200:
+                        await trio.sleep(0.02)
+                killed["slave"] = time.monotonic()
+                os.kill(running_pid(config, "broker-a-2"), signal.SIGKILL)
+                with trio.fail_after(30):
+                    while not acks or acks[-1] < killed["slave"] + 1.0:
+                        await trio.sleep(0.02)
+                assert not refusals, refusals[:3]
+                killed["second"] = time.monotonic()
+                os.kill(running_pid(config, "broker-a-1"), signal.SIGKILL)
+                with trio.fail_after(30):
+                    while not any("in-sync replicas not enough" in r for r in refusals):
+                        await trio.sleep(0.02)
+                stop.set()
+
+        trio.run(drill)
+        around = [t for t in acks if t > killed["slave"] - 0.5]
+        stall = max(b - a for a, b in zip(around, around[1:]) if b < killed["second"])
+        first_after = min(t for t in acks if t > killed["slave"]) - killed["slave"]
+        print(f"a slave killed under load: sync sends stalled at most {stall * 1000:.0f} ms "
+              f"(first ack {first_after * 1000:.0f} ms after the kill)")
+        assert stall < 1.0
+        row = infos(config)["broker-a-0"]
+        assert json.loads(row["haSyncStateSet"]) == [0]
+        # the slaves return, catch up and rejoin: puts are taken again
+        assert cluster.mqctl("start").returncode == 0
+        wait_for(lambda: (i := infos(config)["broker-a-0"]) and len(json.loads(i["haSyncStateSet"])) >= 2)
+        sent = cluster.mqctl("send", TOPIC, "again", "--json")
+        assert json.loads(sent.stdout)["status"] == "SEND_OK", sent.stdout + sent.stderr

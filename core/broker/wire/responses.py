@@ -5,7 +5,14 @@ from __future__ import annotations
 import logging
 
 from core.broker.timers.schedule import TimerRefused
-from core.errors import DiskFullError, MessageTooLargeError, ReadOnlyStoreError, StoreClosedError, StoreError
+from core.errors import (
+    DiskFullError,
+    InSyncReplicasError,
+    MessageTooLargeError,
+    ReadOnlyStoreError,
+    StoreClosedError,
+    StoreError,
+)
 from core.remoting.codes import ResponseCode
 from core.remoting.header_fields import HeaderFieldError
 from formats.errors import DecompressedTooLargeError, FormatError
@@ -15,6 +22,8 @@ log = logging.getLogger(__name__)
 
 def response_code(exc: Exception) -> tuple[int, str]:
     """The response code and remark for an error met while handling a request."""
+    if isinstance(exc, InSyncReplicasError):  # RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH put status
+        return ResponseCode.SYSTEM_ERROR, f"in-sync replicas not enough: {exc}"
     if isinstance(exc, (DiskFullError, ReadOnlyStoreError)):
         return ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}"
     if isinstance(exc, StoreClosedError):
