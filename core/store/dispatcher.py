@@ -3,7 +3,9 @@ and key-index entries (RocketMQ's ReputMessageService). Records a store put itse
 pending list and are dispatched in batches, on the loop's next turn or when the batch is full;
 records found in the log (a replica's, a raft member's, recovery's) go through a
 :class:`core.store.log_dispatch.LogDispatch`. :attr:`Dispatcher.reput_offset` is how far the
-log is dispatched."""
+log is dispatched. Under a controller, :attr:`Dispatcher.limit` holds back records past the
+confirm offset (what every SyncStateSet member holds), so a reader never sees a record a later
+master could lack."""
 
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ class Dispatcher:
         # records put and not yet dispatched: one by one, or a batch's together
         self._pending: list[Appended | BatchAppended] = []
         self._pending_records = 0
+        self.limit: int | None = None  # records ending past it wait (None: none wait)
         self._wanted = trio.Event()
         self.log_grew = trio.Event()  # set on every put: the HA service streams as the log grows
         self._prefault = prefault
@@ -62,13 +65,29 @@ class Dispatcher:
         if prefault.populated_until - last_phys < prefault.half_window:
             prefault.wanted.set()
 
+    def set_limit(self, limit: int | None) -> None:
+        """Dispatch no record ending past ``limit`` (None: every record); what now fits goes."""
+        self.limit = limit
+        self.dispatch_pending()
+
     def dispatch_pending(self) -> int:
-        """Write the queue and index entries of every record put but not yet dispatched."""
+        """Write the queue and index entries of every record put but not yet dispatched (up to
+        :attr:`limit`)."""
         pending, count = self._pending, self._pending_records
         if not pending:
             return 0
-        self._pending = []
-        self._pending_records = 0
+        if self.limit is not None and _unit_end(pending[-1]) > self.limit:
+            fits = 0
+            while fits < len(pending) and _unit_end(pending[fits]) <= self.limit:
+                fits += 1
+            if fits == 0:
+                return 0
+            pending, self._pending = pending[:fits], pending[fits:]
+            count = sum(_unit_records(u) for u in pending)
+            self._pending_records -= count
+        else:
+            self._pending = []
+            self._pending_records = 0
         index_entries: list[tuple[int, int, int]] = []
         for unit in pending:
             if type(unit) is BatchAppended:
@@ -94,6 +113,13 @@ class Dispatcher:
             self.plugins.records_dispatched(self.root, DispatchBatch(pending, self.delay_levels_ms))
         return count
 
+    def forget_past(self, end: int) -> None:
+        """The log was cut at ``end``: records held back past it are gone."""
+        kept = [u for u in self._pending if _unit_end(u) <= end]
+        if len(kept) != len(self._pending):
+            self._pending = kept
+            self._pending_records = sum(_unit_records(u) for u in kept)
+
     async def loop(self) -> None:
         while True:
             await self._wanted.wait()
@@ -118,3 +144,13 @@ class Dispatcher:
         self.last_dispatch_ts = req.store_timestamp
         if self.notify_dispatch and self.plugins is not None:
             self.plugins.records_dispatched(self.root, DispatchBatch.of_requests((req,)))
+
+
+def _unit_end(unit: Appended | BatchAppended) -> int:
+    if type(unit) is BatchAppended:
+        return unit.offsets[-1] + unit.batch.sizes[-1]
+    return unit[2] + unit[3]  # type: ignore[operator, no-any-return]
+
+
+def _unit_records(unit: Appended | BatchAppended) -> int:
+    return len(unit.offsets) if type(unit) is BatchAppended else 1

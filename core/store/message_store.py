@@ -203,6 +203,11 @@ class MessageStore:
             self.gate.set_read_only(None)
         self.role = role
 
+    def set_readable_limit(self, limit: int | None) -> None:
+        """Keep records ending past ``limit`` from readers (controller mode: the confirm offset,
+        what every in-sync replica holds); None: readers see every record put."""
+        self.dispatcher.set_limit(limit)
+
     def set_replicas_short(self, reason: str | None) -> None:
         """Refuse puts with ``reason`` while too few replicas are in sync (None: take them)."""
         self.gate.set_replicas_short(reason)
@@ -220,6 +225,7 @@ class MessageStore:
         listeners. Returns the bytes cut. A replica cuts where it stops agreeing with its
         master; a raft log refuses (only its leader's entries cut it)."""
         self.dispatcher.dispatch_pending()
+        self.dispatcher.forget_past(end)  # what a readable limit held back past the cut
         cut = self.log.truncate(end)
         self.files.truncate_derived(end)
         self.dispatcher.reput_offset = min(self.dispatcher.reput_offset, end)

@@ -260,6 +260,7 @@ class ControllerReplication:
             log.warning("broker %s: cut %d bytes past offset %d that master epoch history does not hold",
                         self.node.node, cut, point)
         self.epochs.truncate(point)
+        self.store.set_readable_limit(None)  # what it held back as master and the cut kept is confirmed
         self._pending_epochs = [e for e in entries if e.epoch > self.epochs.last_epoch]
         self._appended(self.store.log_end)
 

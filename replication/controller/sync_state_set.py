@@ -7,6 +7,8 @@ isInSyncReplicas checks and the AlterSyncStateSet requests), and the sends that 
           too; once it holds the confirm offset of that moment, it holds every acknowledged
           message, and is asked into the set
  sends    (sync) wait until every member and joiner acknowledged their end
+ readers  see records up to the confirm offset: what every member acknowledged (all of the log
+          while the master is alone in the set); held back past it until then
 ```
 
 A change takes effect only once the controller has it (a fenced AlterSyncStateSet): a member
@@ -75,7 +77,10 @@ class SyncStateSetKeeper:
         return min([end] + [acks.get(b, 0) for b in self.members if b != self.me])
 
     def slave_news(self) -> None:
-        """A slave connected, acknowledged or dropped."""
+        """A slave connected, acknowledged or dropped: sends and readers go as far as the
+        members hold."""
+        others = any(b != self.me for b in self.members)
+        self.store.set_readable_limit(self.confirm_offset() if others else None)
         waited = self._waited()
         if waited:
             acks = self.acked_by()
@@ -90,6 +95,7 @@ class SyncStateSetKeeper:
             self.slave_news()
 
     def deposed(self) -> None:
+        """No longer master: what no member confirmed stays unread (cut when it follows the new one)."""
         self._deposed = True
         self.store.set_replicas_short(None)  # a replica's own refusal takes over
         self.acks.wake()
@@ -111,6 +117,7 @@ class SyncStateSetKeeper:
 
     async def run(self) -> None:
         self.check_enough()
+        self.slave_news()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.acks.tick)
             while not self._deposed:

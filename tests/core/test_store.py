@@ -245,3 +245,21 @@ async def test_put_many_keeps_a_batch_in_one_segment_with_dense_offsets(tmp_path
         with pytest.raises(ValueError):
             store.put_many([msg(1, queue=0), msg(2, queue=1)])
         assert store.max_queue_offset("Orders", 0) == 0, "a refused batch stores nothing"
+
+
+async def test_a_readable_limit_holds_records_back_from_readers_and_a_cut_drops_them(tmp_path, small_store_config):
+    # controller mode: readers see only what every in-sync replica holds (the confirm offset)
+    async with open_message_store(tmp_path / "n", small_store_config) as store:
+        first = [store.put(msg(i, queue=0)) for i in range(3)]
+        confirmed = first[-1].phys_offset + first[-1].size
+        store.set_readable_limit(confirmed)
+        held = [store.put(msg(i, queue=0)) for i in range(3, 6)]
+        assert store.max_queue_offset("Orders", 0) == 3  # the three past the limit wait
+        store.set_readable_limit(held[0].phys_offset + held[0].size)
+        assert store.max_queue_offset("Orders", 0) == 4
+        store.truncate(held[1].phys_offset)  # a returning master cuts what no member had
+        store.set_readable_limit(None)
+        assert store.max_queue_offset("Orders", 0) == 4
+        assert [i for i, _ in store.queue_entries("Orders", 0, 0, 10)] == [0, 1, 2, 3]
+        again = store.put(msg(9, queue=0))
+        assert again.queue_offset == 4 and store.max_queue_offset("Orders", 0) == 5

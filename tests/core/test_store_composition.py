@@ -32,6 +32,7 @@ REPLICATION_MAY_IMPORT = {
                            "until they commit",
     "core.store.mapped_file": "a raft log's data files are the CommitLog's mapped files (one primitive)",
     "core.store.checkpoint": "raft recovery and sealing write the store's checkpoint (one file layout)",
+    "core.store.epoch_checkpoint": "a controller-mode broker's epoch file, one file of the store's root",
     "core.store.layout": "the names of a store's files (checkpoint, abort, dledger/, logfloor)",
 }
 

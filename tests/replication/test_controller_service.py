@@ -13,12 +13,15 @@ import trio
 
 from core.acl.requests import ADMIN_CODES, NAMES_NOTHING
 from core.config import parse_config
+from core.errors import CoreError
+from core.plugin_manager import PluginHost
+from core.plugin_markers import hookimpl
 from core.remoting.client import RemotingClient
 from core.remoting.codes import RequestCode, ResponseCode
 from core.remoting.command import RemotingCommand
 from core.remoting.signing import Credentials
 from core.servers.namesrv import serve_nameserver
-from plugins import plugin_host
+from plugins import plugin_host, routing
 from replication.controller.service import ControllerService
 from tests.conftest import free_port
 
@@ -256,3 +259,19 @@ async def test_with_acl_on_state_changes_need_an_admin_and_reads_a_signature(tmp
         assert (await replica_info(reader)).code == ResponseCode.SUCCESS
         assert (await replica_info(nobody)).code == ResponseCode.NO_PERMISSION
         nursery.cancel_scope.cancel()
+
+
+class NoController:
+    """A plugin that makes no controller: a name server asked to host one refuses to start."""
+
+    @staticmethod
+    @hookimpl
+    def mq_controller(node, config, data_dir):
+        return None
+
+
+async def test_a_name_server_whose_plugins_make_no_controller_refuses_to_start(tmp_path):
+    config = controller_config(tmp_path, 1)
+    plugins = PluginHost([routing, NoController()], load_entry_points=False)
+    with pytest.raises(CoreError, match="no plugin makes the controller"):
+        await serve_nameserver(config.nameservers[0], config, plugins, data_dir=tmp_path)
