@@ -2,9 +2,10 @@
 of that group on the client's session (core/proxy/session.py).
 
 - writes (sends, send-backs, end-transaction, recalls, queue locks, and every POP request: POPs
-  write checkpoints) to the master. Under raft, while the group has no leader the request waits
-  for one, up to ``failover_wait_s`` from its arrival; a send (or a POP or an ack) that fails on
-  a member that died or stopped leading is sent again to the new leader in that window. A send
+  write checkpoints) to the master. Under raft or a controller, while the group has no leader
+  (master) the request waits for one, up to ``failover_wait_s`` from its arrival; a send (or a
+  POP or an ack) that fails on a member that died or stopped leading is sent again to the new
+  leader in that window. A send
   that reached the old leader may have been stored there too, so a resent message can arrive
   twice (the same UNIQ_KEY): delivery is at least once. Master-slave groups do not elect: with no
   master, writes fail at once with SERVICE_NOT_AVAILABLE, naming why;
@@ -254,8 +255,8 @@ class Forwarder:
         if request.is_oneway:
             return None
         if self._elects:
-            why = (f"broker group {group} has no raft leader after {self._failover_wait_s:g} s "
-                   "(an election is running, or a majority is down)")
+            why = (f"broker group {group} has no raft leader or elected master after {self._failover_wait_s:g} s "
+                   "(an election is running, or too few members are up)")
         else:
             why = f"broker group {group} has no master now (a master-slave group does not elect; its slaves serve reads)"
         return request.reply(ResponseCode.SERVICE_NOT_AVAILABLE, why)

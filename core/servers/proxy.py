@@ -44,7 +44,7 @@ async def serve_proxy(
         await nursery.start(view.run)
         acl = AclFile(config.acl_file) if config.acl.enabled else None
         forwarder = Forwarder(nursery, doors, view, client, config.namesrv_addresses,
-                              elects=config.replication.mode == "dledger",
+                              elects=config.replication.mode == "dledger" or config.replication.controller,
                               failover_wait_s=config.proxy.failover_wait_ms / 1000)
         more_counters: Callable[[], dict[str, str]] = dict
         meters = ProxyMeters(config.metrics.label_values_max, timed=config.metrics.enabled)

@@ -6,14 +6,11 @@ back as a slave of the new one."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
@@ -21,75 +18,18 @@ import trio
 from core.client.producer import Message, Producer, SendError
 from core.client.runtime import open_client
 from core.config import load_config
-from mqctl.common import probe
 from mqctl.nodes.commands import controller_warning
 from mqctl.nodes.processes import running_pid
-from tests.conftest import Cluster, free_port
+from tests.conftest import Cluster
+from tests.controller_cluster import controlled_cluster, infos, master_of, wait_for, write_controller_config
 
 TOPIC = "Elected"
-
-
-def write_controller_config(path: Path, mode: str = "sync", replication: str = "") -> list[str]:
-    namesrvs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-    tables = "".join(f'[[nameservers]]\nname = "ns{i}"\nlisten = "{a}"\n' for i, a in enumerate(namesrvs))
-    tables += "".join(f'[[brokers]]\nname = "broker-a"\nid = {i}\nlisten = "127.0.0.1:{free_port()}"\n'
-                      for i in range(3))
-    path.write_text(f"""
-[cluster]
-data_dir = "data"
-[store]
-segment_size_bytes = 8388608
-index_slots = 10007
-index_entries = 40000
-[replication]
-mode = "{mode}"
-controller = true
-{replication}
-[broker]
-register_interval_ms = 2000
-{tables}""")
-    return namesrvs
-
-
-@contextlib.contextmanager
-def controlled_cluster(tmp_path: Path, env: dict[str, str], replication: str = "") -> Iterator[Cluster]:
-    path = tmp_path / "conf.toml"
-    namesrvs = write_controller_config(path, replication=replication)
-    cluster = Cluster(path, ";".join(namesrvs), dict(env, HOME=str(tmp_path)), (), ())
-    started = cluster.mqctl("start")
-    assert started.returncode == 0, started.stderr
-    try:
-        yield cluster
-    finally:
-        if cluster.mqctl("stop", timeout=60).returncode != 0:
-            cluster.mqctl("stop", "--force")
 
 
 @pytest.fixture
 def controlled(tmp_path, subprocess_env):
     with controlled_cluster(tmp_path, subprocess_env) as cluster:
         yield cluster
-
-
-def infos(config) -> dict[str, dict[str, str] | None]:
-    members = {b.node: b.listen for b in config.brokers}
-    return trio.run(lambda: probe.runtime_infos(members, credentials=None))
-
-
-def master_of(config, newer_than: int = 0) -> tuple[str, int] | None:
-    for node, info in infos(config).items():
-        if info and info.get("haRole") == "master" and int(info.get("haMasterEpoch", 0)) > newer_than:
-            return node, int(info["haMasterEpoch"])
-    return None
-
-
-def wait_for(what, timeout_s: float = 30.0, step_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if found := what():
-            return found
-        time.sleep(step_s)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 def test_the_master_killed_is_replaced_within_a_second_and_loses_nothing(controlled: Cluster):
