@@ -12,6 +12,8 @@ from typing import TypeVar
 
 import trio
 
+from core.client.pull import max_offset
+from core.client.runtime import open_client
 from core.config import Config
 from mqctl.common import probe
 from tests.conftest import Cluster, free_port
@@ -81,3 +83,16 @@ def wait_for(what: Callable[[], T | None], timeout_s: float = 30.0, step_s: floa
             return found
         time.sleep(step_s)
     raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def stored_count(config: Config, topic: str) -> int:
+    """Messages the group holds in ``topic`` (acknowledged or not): its queues' max offsets,
+    asked of the master through the routes."""
+
+    async def ask() -> int:
+        async with open_client(config.namesrv_addresses, instance="stored-count") as client:
+            route = await client.route(topic, refresh=True)
+            assert route is not None
+            return sum([await max_offset(client, mq) for mq in route.read_queues])
+
+    return trio.run(ask)

@@ -92,6 +92,11 @@ def _replication(broker: MeteredBroker, out: Samples) -> None:
         out.add("rocketmq_raft_applied_index", raft.applied_index)
         out.add("rocketmq_raft_last_index", raft.last_index)
         out.add("rocketmq_raft_elections_total", raft.elections)
+    controller = state.controller
+    if controller is not None:
+        out.add("rocketmq_controller_master_epoch", controller.master_epoch)
+        out.add("rocketmq_controller_sync_state_set_size", controller.sync_state_set_size)
+        out.add("rocketmq_controller_role_changes_total", controller.role_changes)
 
 
 def _lag(broker: MeteredBroker, out: Samples, keys_max: int) -> None:

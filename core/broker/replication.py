@@ -41,12 +41,23 @@ class RaftProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllerProgress:
+    """A broker under a controller: the master epoch it knows, its SyncStateSet's size (a
+    master's; 0 on a slave) and how many roles it has taken since it started."""
+
+    master_epoch: int
+    sync_state_set_size: int
+    role_changes: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicationMetrics:
     """What the metrics endpoint shows of a node's replication."""
 
     role: str  # master, slave; leader, candidate, follower under raft
     replicas: tuple[ReplicaLag, ...] = ()  # a master's connected slaves; a raft leader's followers
     raft: RaftProgress | None = None
+    controller: ControllerProgress | None = None
 
     @property
     def slaves_connected(self) -> int:

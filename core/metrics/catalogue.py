@@ -98,6 +98,12 @@ _SPECS = (
     MetricSpec("rocketmq_raft_last_index", "gauge", "Highest raft index in this member's log", (), BROKER,
                "DLedger: ledgerEndIndex"),
     MetricSpec("rocketmq_raft_elections_total", "counter", "Elections this member stood in", (), BROKER),
+    MetricSpec("rocketmq_controller_master_epoch", "gauge", "The master epoch a broker under a controller knows",
+               (), BROKER),
+    MetricSpec("rocketmq_controller_sync_state_set_size", "gauge",
+               "Brokers in the master's SyncStateSet (0 on a slave)", (), BROKER),
+    MetricSpec("rocketmq_controller_role_changes_total", "counter",
+               "Roles (master, slave) a broker under a controller took since it started", (), BROKER),
     # broker: POP
     MetricSpec("rocketmq_pop_inflight_messages", "gauge",
                "Messages popped and neither acked nor come back yet (invisible), by group and topic",
@@ -108,6 +114,11 @@ _SPECS = (
     # name server
     MetricSpec("rocketmq_namesrv_brokers", "gauge", "Broker addresses registered and live", (), ("nameserver",)),
     MetricSpec("rocketmq_namesrv_topics", "gauge", "Topics with routes", (), ("nameserver",)),
+    MetricSpec("rocketmq_controller_leader", "gauge", "1 on the name server leading the controller group",
+               (), ("nameserver",)),
+    MetricSpec("rocketmq_controller_elections_total", "counter",
+               "Master elections this controller member held while leading", (), ("nameserver",)),
+    MetricSpec("rocketmq_controller_groups", "gauge", "Broker groups the controller knows", (), ("nameserver",)),
     # proxy
     MetricSpec("rocketmq_proxy_upstream_sessions", "gauge", "Client sessions with connections to brokers",
                (), PROXY),

@@ -33,4 +33,5 @@ class HostedController(Protocol):
         """A connection to the name server closed."""
 
     def metrics(self) -> dict[str, float]:
-        """Gauges for the name server's metrics (name -> value)."""
+        """Its samples for the name server's metrics: catalogue name (``rocketmq_controller_*``)
+        -> value."""

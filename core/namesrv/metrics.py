@@ -1,4 +1,5 @@
-"""A name server's metrics as a scrape reads them: its answers' latency and its route table."""
+"""A name server's metrics as a scrape reads them: its answers' latency, its route table, and
+the controller it hosts (controller mode)."""
 
 from __future__ import annotations
 
@@ -13,3 +14,6 @@ def fill_nameserver(processor: NameServerProcessor, latency: Histogram | None, o
     routes = processor.routes
     out.add("rocketmq_namesrv_brokers", len(getattr(routes, "live", ())))
     out.add("rocketmq_namesrv_topics", len(getattr(routes, "topics", ())))
+    if processor.controller is not None:
+        for name, value in processor.controller.metrics().items():
+            out.add(name, value)

@@ -86,12 +86,12 @@ def render(view: dict[str, Any]) -> Group:
     groups = _table("Consumer groups", ("group", "topic", "lag", "lag age s", "out/s"))
     for row in view["groups"]:
         groups.add_row(row["group"], row["topic"], str(row["lag"]), f"{row['lag_seconds']:.1f}", f"{row['out_per_s']:.1f}")
-    brokers = _table("Brokers", ("node", "mode", "role", "slaves", "slave lag B", "term", "commit", "elections",
-                                 "store B"))
+    brokers = _table("Brokers", ("node", "mode", "role", "slaves", "slave lag B", "term", "commit", "in sync",
+                                 "elections", "store B"))
     for row in view["brokers"]:
         brokers.add_row(row["node"], row["mode"], row["role"], str(row["slaves"]), str(row["lag_bytes"]),
-                        str(row.get("term", "-")), str(row.get("commit", "-")), str(row.get("elections", "-")),
-                        str(row["store_bytes"]))
+                        str(row.get("term", "-")), str(row.get("commit", "-")), str(row.get("in_sync", "-")),
+                        str(row.get("elections", "-")), str(row["store_bytes"]))
     proxies = _table("Proxies", ("node", "sessions", "5.x clients", "failovers", "waiting", "resent"))
     for row in view["proxies"]:
         proxies.add_row(row["node"], str(row["sessions"]), str(row["grpc_clients"]), str(row["failovers"]),

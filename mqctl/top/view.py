@@ -82,6 +82,10 @@ def _broker(scrape: Scrape) -> dict[str, Any]:
     if scrape.series("rocketmq_raft_term"):
         row.update(term=int(scrape.value("rocketmq_raft_term")), commit=int(scrape.value("rocketmq_raft_commit_index")),
                    elections=int(scrape.value("rocketmq_raft_elections_total")))
+    if scrape.series("rocketmq_controller_master_epoch"):  # under a controller: the epoch as the term
+        row.update(term=int(scrape.value("rocketmq_controller_master_epoch")),
+                   in_sync=int(scrape.value("rocketmq_controller_sync_state_set_size")),
+                   elections=int(scrape.value("rocketmq_controller_role_changes_total")))
     return row
 
 

@@ -26,7 +26,7 @@ import orjson
 import trio
 
 from core.addresses import own_loopback
-from core.broker.replication import ReplicaLag, Replicated, ReplicationMetrics
+from core.broker.replication import ControllerProgress, ReplicaLag, Replicated, ReplicationMetrics
 from core.config import Config
 from core.node_specs import BrokerNode
 from core.store.epoch_checkpoint import EpochCheckpoint
@@ -132,11 +132,14 @@ class ControllerReplication:
         return info
 
     def metrics(self) -> ReplicationMetrics:
-        if self.keeper is None:
-            return ReplicationMetrics("slave")
+        keeper = self.keeper
+        progress = ControllerProgress(self.role.master_epoch if self.role else 0,
+                                      len(keeper.members) if keeper is not None else 0, self.roles_taken)
+        if keeper is None:
+            return ReplicationMetrics("slave", controller=progress)
         lags = tuple(ReplicaLag(str(s["addr"]), int(str(s["lagBytes"])), float(str(s["lagSeconds"])))
-                     for s in self.keeper.slaves())
-        return ReplicationMetrics("master", lags)
+                     for s in keeper.slaves())
+        return ReplicationMetrics("master", lags, controller=progress)
 
     # ------------------------------------------------------------------ the controller's word
 

@@ -161,8 +161,9 @@ class ControllerService:
         self.elections.dropped(conn)
 
     def metrics(self) -> dict[str, float]:
-        return {"controller_leader": float(self.leading), "controller_elections_total": float(self.elections.count),
-                "controller_groups": float(len(self.state.groups))}
+        return {"rocketmq_controller_leader": float(self.leading),
+                "rocketmq_controller_elections_total": float(self.elections.count),
+                "rocketmq_controller_groups": float(len(self.state.groups))}
 
     # ------------------------------------------------------------------ leadership
 
