@@ -22,8 +22,9 @@ T = TypeVar("T")
 
 
 def write_controller_config(path: Path, mode: str = "sync", replication: str = "",
-                            proxies: tuple[str, ...] = ()) -> list[str]:
-    """The config; returns the name servers' addresses."""
+                            proxies: tuple[str, ...] = (), controller: bool = True) -> list[str]:
+    """The config (``controller`` False: the same cluster as plain master-slave); returns the
+    name servers' addresses."""
     namesrvs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     tables = "".join(f'[[nameservers]]\nname = "ns{i}"\nlisten = "{a}"\n' for i, a in enumerate(namesrvs))
     tables += "".join(f'[[brokers]]\nname = "broker-a"\nid = {i}\nlisten = "127.0.0.1:{free_port()}"\n'
@@ -38,7 +39,7 @@ index_slots = 10007
 index_entries = 40000
 [replication]
 mode = "{mode}"
-controller = true
+controller = {"true" if controller else "false"}
 {replication}
 [broker]
 register_interval_ms = 2000
@@ -48,10 +49,10 @@ register_interval_ms = 2000
 
 @contextlib.contextmanager
 def controlled_cluster(tmp_path: Path, env: dict[str, str], *, mode: str = "sync", replication: str = "",
-                       proxies: int = 0) -> Iterator[Cluster]:
+                       proxies: int = 0, controller: bool = True) -> Iterator[Cluster]:
     path = tmp_path / "conf.toml"
     proxy_listens = tuple(f"127.0.0.1:{free_port(span=3)}" for _ in range(proxies))
-    namesrvs = write_controller_config(path, mode, replication, proxy_listens)
+    namesrvs = write_controller_config(path, mode, replication, proxy_listens, controller)
     cluster = Cluster(path, ";".join(namesrvs), dict(env, HOME=str(tmp_path)), proxy_listens, ())
     started = cluster.mqctl("start")
     assert started.returncode == 0, started.stderr

@@ -26,7 +26,8 @@ import typer
 
 from core.config import Config, is_secret, parse_config
 from core.errors import ConfigError
-from mqctl.common.context import config_path
+from mqctl.admin.controller_switch import leaving_controller_problem
+from mqctl.common.context import config_path, load
 from mqctl.common.errors import CliError
 from mqctl.common.options import JsonOutput
 
@@ -233,6 +234,10 @@ def set_cmd(
     parsed = parse_key(key)
     new = convert(parsed, value)
     refuse_not_yet_available(parsed, new)
+    if (parsed.section, parsed.field, new) == ("replication", "controller", False):
+        current = load(ctx)
+        if current.replication.controller and (problem := leaving_controller_problem(current)) is not None:
+            raise CliError(f"replication.controller not changed: {problem}")
     old, changed = set_value(config_path(ctx), parsed, new)
     if as_json:
         doc = {"key": str(parsed), "old": shown_json(old, parsed), "new": shown_json(new, parsed), "changed": changed}
