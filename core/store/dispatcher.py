@@ -66,7 +66,8 @@ class Dispatcher:
             prefault.wanted.set()
 
     def set_limit(self, limit: int | None) -> None:
-        """Dispatch no record ending past ``limit`` (None: every record); what now fits goes."""
+        """Dispatch no record ending past ``limit`` (None: every record); what now fits of the
+        records put goes (a replica's copied records go at its next ``dispatch_replicated``)."""
         self.limit = limit
         self.dispatch_pending()
 

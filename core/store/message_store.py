@@ -205,8 +205,11 @@ class MessageStore:
 
     def set_readable_limit(self, limit: int | None) -> None:
         """Keep records ending past ``limit`` from readers (controller mode: the confirm offset,
-        what every in-sync replica holds); None: readers see every record put."""
+        what every in-sync replica holds), whether put here or copied; None: readers see every
+        record."""
         self.dispatcher.set_limit(limit)
+        if self.replica.grown:
+            self.replica.dispatch_replicated()
 
     def set_replicas_short(self, reason: str | None) -> None:
         """Refuse puts with ``reason`` while too few replicas are in sync (None: take them)."""

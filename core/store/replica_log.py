@@ -52,13 +52,18 @@ class ReplicaLog:
             prefault.wanted.set()  # as for a put: fault the pages ahead in a thread, not here
 
     def dispatch_replicated(self) -> int:
-        """Dispatch every record that replicated bytes completed; returns how many. A chunk
-        may end inside a record: that one waits for the chunk holding its end. A replica's hot
-        loop, a segment at a time (:mod:`core.store.log_dispatch`)."""
+        """Dispatch every record that replicated bytes completed, up to the dispatcher's limit
+        (controller mode: the master's confirm offset); returns how many. A chunk may end
+        inside a record: that one waits for the chunk holding its end. A replica's hot loop, a
+        segment at a time (:mod:`core.store.log_dispatch`)."""
+        limit = self.dispatcher.limit
+        end = self.commitlog.write_offset
+        return self._dispatch_to(end if limit is None else min(end, limit))
+
+    def _dispatch_to(self, log_end: int) -> int:
         dispatcher = self.dispatcher
         dispatcher.dispatch_pending()
         log_ = self.commitlog
-        log_end = log_.write_offset
         reput = dispatcher.reput_offset
         batch = dispatcher.batch()
         while reput < log_end:
@@ -79,7 +84,7 @@ class ReplicaLog:
         one (after :meth:`dispatch_replicated`); None when it ends at a record's end."""
         if not self.grown:
             return None
-        self.dispatch_replicated()
+        self._dispatch_to(self.commitlog.write_offset)  # every whole record, past any limit
         reput = self.dispatcher.reput_offset
         return reput if reput < self.commitlog.write_offset else None
 

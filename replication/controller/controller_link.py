@@ -65,15 +65,18 @@ class ControllerLink:
 
     def __init__(self, node: BrokerNode, cluster: str, controllers: list[str], interval_ms: int, *,
                  status: Callable[[], BeatStatus], told: Callable[[RoleInfo], None],
+                 confirmed: Callable[[int, int], None] = lambda epoch, offset: None,
                  credentials: Credentials | None = None, source_host: str | None = None) -> None:
         """``status``: this broker's epoch and log at each beat; ``told``: every role
-        information the controller gives (notices and heartbeat answers, possibly repeated)."""
+        information the controller gives (notices and heartbeat answers, possibly repeated);
+        ``confirmed``: the master's confirm offset of a master epoch, as its heartbeats report it."""
         self.node = node
         self.cluster = cluster
         self.controllers = controllers
         self.interval_s = interval_ms / 1000
         self._status = status
         self._told = told
+        self._confirmed = confirmed
         self._credentials = credentials
         self._source_host = source_host
         self.leader = controllers[0]
@@ -130,8 +133,11 @@ class ControllerLink:
             ext = reply.ext_fields
             members, epoch = parse_sync_state_set(reply.body)
             master = as_int(ext, "masterBrokerId", -1, bits=32)
+            master_epoch = as_int(ext, "masterEpoch", 0, bits=32)
             self._told(RoleInfo(None if master < 0 else master, ext.get("masterAddress", ""),
-                                as_int(ext, "masterEpoch", 0, bits=32), members, epoch))
+                                master_epoch, members, epoch))
+            if ext.get("confirmOffset"):
+                self._confirmed(master_epoch, as_int(ext, "confirmOffset"))
         except HeaderFieldError as exc:
             log.warning("bad controller answer: %s", exc)
 

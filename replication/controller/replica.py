@@ -64,7 +64,8 @@ class ControllerReplication:
         self._membership = Membership.from_config(config)
         self.link = ControllerLink(node, config.cluster.name, config.namesrv_addresses,
                                    self.settings.controller_heartbeat_interval_ms, status=self._status,
-                                   told=self.told, credentials=config.acl.credentials(),
+                                   told=self.told, confirmed=self._master_confirmed,
+                                   credentials=config.acl.credentials(),
                                    source_host=own_loopback(node.listen))
         self.role: RoleInfo | None = None  # what the running role task acts on
         self._latest: RoleInfo | None = None  # the newest the controller said
@@ -74,6 +75,7 @@ class ControllerReplication:
         self.keeper: SyncStateSetKeeper | None = None
         self.client: HAClient | None = None
         self._pending_epochs: list[EpochEntry] = []
+        self._agreed_epoch = -1  # the master epoch whose log this replica agrees with (after its cut)
         self.roles_taken = 0
         store.set_role(StoreRole.REPLICA, f"broker {node.node} waits for the controller to elect its group's master")
 
@@ -208,6 +210,7 @@ class ControllerReplication:
 
     async def _be_master(self, info: RoleInfo, ha_listen: str) -> None:
         store = self.store
+        store.set_readable_limit(None)  # its log is the group's now; the keeper limits what follows
         store.set_role(StoreRole.WRITER)  # cuts a partial tail first
         if info.master_epoch > self.epochs.last_epoch:
             await trio.to_thread.run_sync(self.epochs.begin, info.master_epoch, store.log_end)
@@ -263,9 +266,16 @@ class ControllerReplication:
             log.warning("broker %s: cut %d bytes past offset %d that master epoch history does not hold",
                         self.node.node, cut, point)
         self.epochs.truncate(point)
-        self.store.set_readable_limit(None)  # what it held back as master and the cut kept is confirmed
+        self.store.set_readable_limit(point)  # past it, readers wait for the master's confirm offset
+        self._agreed_epoch = self.role.master_epoch if self.role is not None else -1
         self._pending_epochs = [e for e in entries if e.epoch > self.epochs.last_epoch]
         self._appended(self.store.log_end)
+
+    def _master_confirmed(self, master_epoch: int, offset: int) -> None:
+        """The master's confirm offset: a slave that agrees with that master's log lets readers
+        go as far (never one still holding a tail the master may not have)."""
+        if not self.is_master and master_epoch == self._agreed_epoch:
+            self.store.set_readable_limit(offset)
 
     def _appended(self, log_end: int) -> None:
         while self._pending_epochs and self._pending_epochs[0].start_offset < log_end:

@@ -107,6 +107,7 @@ class ControllerService:
                                                   settings.controller_heartbeat_timeout_ms)
         self.clock = clock
         self.state = ControllerState()
+        self._confirmed: dict[str, tuple[int, int]] = {}  # group -> its master's (epoch, confirm offset)
         self.elections = Elections(self.state, self._append, self.liveness_settings, unclean=self.unclean, clock=clock)
         self.driver = RaftDriver(RAFT_GROUP, node.name, {ns.name: shifted(ns.address, 1) for ns in config.nameservers},
                                  data_dir / "controller", SEGMENT_BYTES, rng=random.Random(),
@@ -206,9 +207,16 @@ class ControllerService:
         self.elections.liveness.beat(group, h.broker_id, now, epoch=max(h.epoch, 0), max_offset=max(h.max_offset, 0),
                            priority=h.election_priority, master_link_down_since_ms=down_since)
         self.elections.links[(group, h.broker_id)] = conn
+        if h.broker_id == state.master_id and h.epoch == state.master_epoch and h.confirm_offset >= 0:
+            self._confirmed[group] = (state.master_epoch, h.confirm_offset)
         # ours: the group's master as the controller has it, so a broker that missed a notice
-        # learns it at its next beat
-        return request.reply(ResponseCode.SUCCESS, "Heart beat success", ext_fields=replies.master_fields(state),
+        # learns it at its next beat; and the master's confirm offset, how far its slaves may
+        # let readers go
+        fields = replies.master_fields(state)
+        epoch, confirm = self._confirmed.get(group, (-1, -1))
+        if epoch == state.master_epoch:
+            fields["confirmOffset"] = str(confirm)
+        return request.reply(ResponseCode.SUCCESS, "Heart beat success", ext_fields=fields,
                              body=replies.sync_state_set(state))
 
     async def _register(self, request: RemotingCommand, conn: Any) -> RemotingCommand:

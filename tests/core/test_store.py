@@ -10,6 +10,7 @@ from core.plugin_manager import PluginHost
 from core.plugin_markers import hookimpl
 from core.store.message_store import MessageStore, open_message_store
 from core.store.store_reads import LARGE_READ_BYTES
+from core.store.store_types import StoreRole
 from formats.consume_queue import CQ_ENTRY_SIZE
 from formats.record import MessageRecord, decode_records
 from formats.segments import RecordAt, scan_log
@@ -263,3 +264,20 @@ async def test_a_readable_limit_holds_records_back_from_readers_and_a_cut_drops_
         assert [i for i, _ in store.queue_entries("Orders", 0, 0, 10)] == [0, 1, 2, 3]
         again = store.put(msg(9, queue=0))
         assert again.queue_offset == 4 and store.max_queue_offset("Orders", 0) == 5
+
+
+async def test_a_replica_dispatches_copied_records_only_up_to_its_readable_limit(tmp_path, small_store_config):
+    async with open_message_store(tmp_path / "m", small_store_config) as master, \
+            open_message_store(tmp_path / "s", small_store_config) as slave:
+        put = [master.put(msg(i, queue=0)) for i in range(3)]
+        slave.set_role(StoreRole.REPLICA, "a slave")
+        slave.set_readable_limit(put[0].phys_offset + put[0].size)  # the master's confirm offset
+        slave.append_replicated(0, master.read_log(0, master.log_end))
+        slave.dispatch_replicated()
+        assert slave.max_queue_offset("Orders", 0) == 1
+        slave.set_readable_limit(master.log_end)
+        assert slave.max_queue_offset("Orders", 0) == 3
+        # becoming the writer cuts only a record left half-copied, never one held back by a limit
+        slave.set_readable_limit(put[0].phys_offset + put[0].size)
+        slave.set_role(StoreRole.WRITER)
+        assert slave.log_end == master.log_end

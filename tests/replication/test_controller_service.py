@@ -101,10 +101,11 @@ class FakeBroker:
             "clusterName": "DefaultCluster", "brokerName": GROUP, "brokerId": str(self.id),
             "brokerAddress": self.address})
 
-    async def beat(self, max_offset: int = 0, epoch: int = 0) -> RemotingCommand:
+    async def beat(self, max_offset: int = 0, epoch: int = 0, confirm: int = -1) -> RemotingCommand:
         return await self.ask(RequestCode.BROKER_HEARTBEAT, {
             "clusterName": "DefaultCluster", "brokerName": GROUP, "brokerId": str(self.id),
-            "brokerAddr": self.address, "epoch": str(epoch), "maxOffset": str(max_offset)})
+            "brokerAddr": self.address, "epoch": str(epoch), "maxOffset": str(max_offset),
+            "confirmOffset": str(confirm)})
 
     async def beat_forever(self, max_offset: int = 0) -> None:
         while True:
@@ -151,6 +152,12 @@ async def test_controller_elects_fences_and_fails_over_within_a_second(tmp_path)
         with trio.fail_after(5):
             await by_id[2].noticed.wait()
         assert by_id[2].notices[-1].ext_fields["masterBrokerId"] == "0"
+        # the master's confirm offset reaches its slaves with their heartbeats' answers
+        assert "confirmOffset" not in (await by_id[2].beat()).ext_fields
+        await by_id[0].beat(max_offset=900, epoch=0, confirm=800)  # an epoch it is not master of: ignored
+        assert "confirmOffset" not in (await by_id[2].beat()).ext_fields
+        await by_id[0].beat(max_offset=900, epoch=1, confirm=800)
+        assert (await by_id[2].beat()).ext_fields["confirmOffset"] == "800"
 
         # the master adds broker 1 to its SyncStateSet; a stale epoch is fenced
         def alter(members, epoch, master_epoch="1"):
