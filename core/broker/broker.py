@@ -20,6 +20,7 @@ from core.addresses import is_wildcard, split_address
 from core.broker.clients import ClientRegistry
 from core.broker.consume.consumer_filters import ConsumerFilterTable
 from core.broker.consume.long_polling import PullHold
+from core.broker.consume.offset_journal import JOURNAL_QUEUE, OFFSETS_TOPIC, OffsetJournal
 from core.broker.consume.offsets import ConsumerOffsets
 from core.broker.consume.queue_locks import QueueLocks
 from core.broker.consume.request_modes import RequestModeTable
@@ -133,6 +134,7 @@ class Broker:
         self.topics = TopicTable(root / "config" / "topics.json", auto_create=self.settings.auto_create_topic,
                                  default_queue_nums=self.settings.default_topic_queue_nums)
         self.offsets = ConsumerOffsets(root / "config" / "consumerOffsets.json")
+        self.offset_journal = OffsetJournal(self, writable=lambda: self.replication.writable)
         self.groups = SubscriptionGroupTable(root / "config" / "subscriptionGroup.json")
         self.request_modes = RequestModeTable(root / "config" / "messageRequestMode.json")
         self.clients = ClientRegistry(ConsumerFilterTable(sql_enabled=self.settings.enable_property_filter))
@@ -166,6 +168,8 @@ class Broker:
         too, open transaction halves are found again from the store, and the POP revive ledgers
         are read again from their progress."""
         moved = self.offsets.clamp_to(self.store.max_queue_offset)
+        self.offsets.journal_next = min(self.offsets.journal_next,
+                                        self.store.max_queue_offset(OFFSETS_TOPIC, JOURNAL_QUEUE))
         self.schedule.follow_truncation()
         self.transactions.follow_truncation()
         self.pop_ledgers.clear()
@@ -234,6 +238,10 @@ class Broker:
         ready, self.pop_ready = self.pop_ready, trio.Event()
         ready.set()
 
+    def dispatched(self, topic: str, queue_id: int) -> trio.Event:
+        """The event set when records next reach ``topic``/``queue_id``'s ConsumeQueue."""
+        return self.hold.waiter(topic, queue_id)
+
     def topics_changed(self) -> None:
         """Register with the name servers now rather than at the next period."""
         self.register_wanted.set()
@@ -273,7 +281,8 @@ class Broker:
         by_topic: dict[str, list[int]] = {}
         for name, qid in self.store.queues.queues:
             by_topic.setdefault(name, []).append(qid)
-        added = [name for name, qids in by_topic.items() if name not in self.topics.topics and self._adopt(name, qids)]
+        added = [name for name, qids in by_topic.items()
+                 if name not in self.topics.topics and name != OFFSETS_TOPIC and self._adopt(name, qids)]
         return len(added)
 
     def _adopt(self, topic: str, queue_ids: list[int]) -> TopicConfig:

@@ -53,6 +53,10 @@ async def serve_broker(
                                   f"(installed plugins: {', '.join(plugins.names)})")
             broker = Broker(node, config, store, hold, root, replication, HANDLERS,
                             TopicQueues(client, config.namesrv_addresses))
+            caught_up = broker.offset_journal.catch_up()  # what the last save of the offsets missed
+            if caught_up:
+                log.info("broker %s: %d consumer offset journal records applied since the last save", node.node,
+                         caught_up)
             host, port = split_address(node.listen)
             served = False
             try:
@@ -99,8 +103,10 @@ async def _follow_role(broker: Broker, client: RemotingClient) -> None:
                 nursery.start_soon(broker.schedule.run)
                 nursery.start_soon(broker.transactions.run)
                 nursery.start_soon(revive_loop, broker)
+                nursery.start_soon(broker.offset_journal.write)
             else:
                 nursery.start_soon(slave_sync_loop, broker, client)
+                nursery.start_soon(broker.offset_journal.follow)
             await broker.replication.wait_role_changed()
             broker.role_changed()
             nursery.cancel_scope.cancel()

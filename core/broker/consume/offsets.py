@@ -1,5 +1,7 @@
 """Committed consumer offsets (``config/consumerOffsets.json``, RocketMQ's
-``{"offsetTable": {"topic@group": {"queueId": offset}}}``)."""
+``{"offsetTable": {"topic@group": {"queueId": offset}}}``, and ours: ``journalNext``, the next
+record of the offsets' journal in the log that the table does not hold yet; see
+:mod:`core.broker.consume.offset_journal`)."""
 
 from __future__ import annotations
 
@@ -14,20 +16,41 @@ class ConsumerOffsets:
         self.path = path
         self.table: dict[str, dict[int, int]] = {}
         self.dirty = False
+        self.journaling = False  # a master's: changes are kept for the journal
+        self.journal_next = 0
+        self._changes: dict[tuple[str, int], int] = {}  # (key, queue id) -> offset, since the last record
         doc = load_json(path)
         if doc:
             self.table = {key: {int(q): int(o) for q, o in queues.items()}
                           for key, queues in doc.get("offsetTable", {}).items()}
+            self.journal_next = int(doc.get("journalNext", 0))
 
     @staticmethod
     def key(topic: str, group: str) -> str:
         return f"{topic}@{group}"
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        queues = self.table.setdefault(self.key(topic, group), {})
+        key = self.key(topic, group)
+        queues = self.table.setdefault(key, {})
         if queues.get(queue_id) != offset:
             queues[queue_id] = offset
             self.dirty = True
+            if self.journaling:
+                self._changes[(key, queue_id)] = offset
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self._changes)
+
+    def take_changes(self) -> dict[tuple[str, int], int]:
+        """The changes since the last take (for the journal's next record)."""
+        changes, self._changes = self._changes, {}
+        return changes
+
+    def keep_changes(self, changes: dict[tuple[str, int], int]) -> None:
+        """Changes taken and not written: kept, unless a newer change of the same entry came."""
+        for entry, offset in changes.items():
+            self._changes.setdefault(entry, offset)
 
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.table.get(self.key(topic, group), {}).get(queue_id)
@@ -75,5 +98,5 @@ class ConsumerOffsets:
     def save(self) -> None:
         if not self.dirty:
             return
-        save_json(self.path, self.to_json())
+        save_json(self.path, self.to_json() | {"journalNext": self.journal_next})  # type: ignore[dict-item]
         self.dirty = False
