@@ -10,16 +10,18 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from core.config import load_config
 from mqctl.nodes.processes import running_pid
 from tests.conftest import child_env
 from tests.controller_cluster import controlled_cluster, master_of, stored_count, wait_for
 from tests.interop.test_proxy_failover import consumed_indexes, steady_producer
 
-KILLS = 2
 
-
-def test_a_cpp_producer_through_the_proxy_sees_no_failed_send_when_the_master_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kills", [1, pytest.param(3, marks=pytest.mark.slow)])  # make test: one
+def test_a_cpp_producer_through_the_proxy_sees_no_failed_send_when_the_master_is_killed(tmp_path: Path,
+                                                                                      kills: int) -> None:
     with controlled_cluster(tmp_path, child_env(), proxies=1) as cluster:
         config = load_config(cluster.config)
         proxy = cluster.proxies[0]
@@ -27,7 +29,7 @@ def test_a_cpp_producer_through_the_proxy_sees_no_failed_send_when_the_master_is
         gaps: list[float] = []
         epoch = 0
         with steady_producer(cluster, proxy, "Elected", tmp_path) as producer:
-            for _ in range(KILLS):
+            for _ in range(kills):
                 master, epoch = wait_for(lambda: master_of(config, newer_than=epoch))
                 before = len(producer.rows())
                 wait_for(lambda: len(producer.rows()) >= before + 20)
