@@ -1,5 +1,6 @@
-"""``mqctl bench failover``: how long a raft group is without a leader and without sends after
-its leader is killed, measured on the running cluster of the config.
+"""``mqctl bench failover``: how long a group that elects (a raft group, or a master-slave group
+under a controller) is without a leader and without sends after its leader is killed, measured
+on the running cluster of the config.
 
 ```
  producer:  send idx=0,1,2,...  one at a time; each ack (queue, offset) and each failure noted
@@ -19,6 +20,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,11 +41,37 @@ from mqctl.common.progress import Bar, progress_bar
 from mqctl.nodes.commands import start_nodes
 from mqctl.nodes.leadership import caught_up_with_leader, leader_of
 from mqctl.nodes.processes import nodes_of, running_pid
+from mqctl.nodes.replication_view import controller_master
 
 POLL_S = 0.02
-ELECTION_TARGET_S = 2.5
-SENDS_TARGET_S = 3.5
 RESTART_TIMEOUT_S = 60.0
+Infos = dict[str, dict[str, str] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """How a mode's members say who leads (from their runtime tables), and its targets."""
+
+    leader: Callable[[Infos], str | None]
+    term: Callable[[dict[str, str]], int]
+    leads: Callable[[dict[str, str]], bool]  # elected (a raft leader may not take writes yet)
+    writable: Callable[[dict[str, str]], bool]
+    caught_up: Callable[[Infos, BrokerNode], bool]
+    election_target_s: float
+    sends_target_s: float
+
+
+def _in_sync_set(infos: Infos, node: BrokerNode) -> bool:
+    master = controller_master(infos)
+    info = infos.get(master) if master else None
+    return bool(info) and node.id in json.loads((info or {}).get("haSyncStateSet") or "[]")
+
+
+RAFT = Watch(leader_of, lambda i: int(i.get("raftTerm", "0")), lambda i: i.get("haRole") == "leader",
+             lambda i: i.get("raftWritable") == "true", lambda infos, n: caught_up_with_leader(infos, n.node) is not None,
+             2.5, 3.5)
+CONTROLLER = Watch(controller_master, lambda i: int(i.get("haMasterEpoch", "0")), lambda i: i.get("haRole") == "master",
+                   lambda i: i.get("haRole") == "master", _in_sync_set, 1.0, 1.0)
 
 
 @dataclass(slots=True)
@@ -68,15 +96,14 @@ async def _member_infos(members: list[BrokerNode]) -> dict[str, dict[str, str] |
     return await probe.runtime_infos({m.node: m.listen for m in members})
 
 
-async def _wait_leader(members: list[BrokerNode], timeout_s: float) -> tuple[str, dict[str, str]]:
-    with trio.move_on_after(timeout_s):
+async def _wait_leader(members: list[BrokerNode], watch: Watch, timeout_s: float) -> tuple[str, dict[str, str]]:
+    with trio.fail_after(timeout_s):
         while True:
             infos = await _member_infos(members)
-            leader = leader_of(infos)
+            leader = watch.leader(infos)
             if leader is not None:
                 return leader, infos[leader] or {}
             await trio.sleep(POLL_S)
-    raise CliError(f"no member of {members[0].name} took writes within {timeout_s:g} s")
 
 
 async def _produce(namesrv: list[str], topic: str, body_size: int, tally: Tally, kills: list[Kill],
@@ -102,28 +129,28 @@ async def _produce(namesrv: list[str], topic: str, body_size: int, tally: Tally,
                     kill.sends_ok_s = time.monotonic() - kill.killed_at
 
 
-async def _drill(config: Config, members: list[BrokerNode], kills_wanted: int, tally: Tally, kills: list[Kill],
-                 warmup: int, bar: Bar) -> None:
+async def _drill(config: Config, members: list[BrokerNode], watch: Watch, kills_wanted: int, tally: Tally,
+                 kills: list[Kill], warmup: int, bar: Bar) -> None:
     for _ in range(kills_wanted):
         with trio.fail_after(RESTART_TIMEOUT_S):
             while len(tally.acked) < warmup * (len(kills) + 1):
                 await trio.sleep(POLL_S)
-        leader, info = await _wait_leader(members, RESTART_TIMEOUT_S)
+        leader, info = await _wait_leader(members, watch, RESTART_TIMEOUT_S)
         pid = running_pid(config, leader)
         if pid is None:
             raise CliError(f"leader {leader} has no pid file: start the cluster with mqctl start")
-        kill = Kill(leader, time.monotonic(), int(info.get("raftTerm", "0")))
+        kill = Kill(leader, time.monotonic(), watch.term(info))
         os.kill(pid, signal.SIGKILL)
         kills.append(kill)
         survivors = [m for m in members if m.node != leader]
         with trio.fail_after(RESTART_TIMEOUT_S):
             while kill.writable_s is None:
                 for node, member in (await _member_infos(survivors)).items():
-                    if not member or int(member.get("raftTerm", "0")) <= kill.term_before:
+                    if not member or watch.term(member) <= kill.term_before:
                         continue
-                    if kill.elected_s is None and member.get("haRole") == "leader":
+                    if kill.elected_s is None and watch.leads(member):
                         kill.elected_s, kill.new_leader = time.monotonic() - kill.killed_at, node
-                    if member.get("raftWritable") == "true":
+                    if watch.writable(member):
                         kill.writable_s = time.monotonic() - kill.killed_at
                         kill.new_leader = node
                         if kill.elected_s is None:
@@ -134,15 +161,11 @@ async def _drill(config: Config, members: list[BrokerNode], kills_wanted: int, t
                 await trio.sleep(POLL_S)
         await trio.to_thread.run_sync(
             start_nodes, config, nodes_of(config, [leader]), time.monotonic() + RESTART_TIMEOUT_S)
-        await _wait_caught_up(members, leader)
+        killed = next(m for m in members if m.node == leader)
+        with trio.fail_after(RESTART_TIMEOUT_S):  # it holds what the group holds before the next kill
+            while not watch.caught_up(await _member_infos(members), killed):
+                await trio.sleep(POLL_S * 5)
         bar.advance()
-
-
-async def _wait_caught_up(members: list[BrokerNode], node: str) -> None:
-    """Wait until ``node`` holds what its leader committed (before the next kill)."""
-    with trio.fail_after(RESTART_TIMEOUT_S):
-        while caught_up_with_leader(await _member_infos(members), node) is None:
-            await trio.sleep(POLL_S * 5)
 
 
 def bench_failover(
@@ -155,14 +178,20 @@ def bench_failover(
     record: Annotated[Path | None, typer.Option(help="Write each acknowledged send here (JSON lines).")] = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """Time raft elections and the first send after killing the leader.
+    """Time elections and the first send after killing the leader (dledger, or a controller).
 
-    Kill a raft group's leader with SIGKILL KILLS times (restarting it each time) while a
-    producer sends, and time the election, the new leader's first write and the first
-    acknowledged send after each kill. Targets: elected < 2.5 s, sends again < 3.5 s."""
+    Kill the leader (raft) or master (controller mode) of a group with SIGKILL KILLS times
+    (restarting it each time) while a producer sends, and time the election, the new
+    leader's first write and the first acknowledged send after each kill. Targets: dledger,
+    elected < 2.5 s and sends again < 3.5 s; controller mode, both < 1 s."""
     config = load(ctx)
-    if config.replication.mode != "dledger":
-        raise CliError(f"replication.mode is {config.replication.mode!r}: failover drills need dledger")
+    if config.replication.mode == "dledger":
+        watch = RAFT
+    elif config.replication.controller:
+        watch = CONTROLLER
+    else:
+        raise CliError(f"replication.mode is {config.replication.mode!r} without a controller: nobody is "
+                       "elected (failover drills need dledger or replication.controller)")
     name = group or (config.brokers[0].name if config.brokers else None)
     members = [b for b in config.brokers if b.name == name]
     if len(members) < 3:
@@ -174,7 +203,7 @@ def bench_failover(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_produce, config.namesrv_addresses, topic, body_size, tally, done, stop)
             try:
-                await _drill(config, members, kills, tally, done, warmup, bar)
+                await _drill(config, members, watch, kills, tally, done, warmup, bar)
                 acked = len(tally.acked)
                 with trio.fail_after(RESTART_TIMEOUT_S):
                     while len(tally.acked) < acked + warmup:  # sends go on after the last restart
@@ -190,7 +219,7 @@ def bench_failover(
                                if k != "killed_at"}} for i, k in enumerate(done)]
     summary = {"acked": len(tally.acked), "failed_sends": tally.failures, "sent": tally.sent,
                "elected_s_max": max(k.elected_s or 0 for k in done), "sends_ok_s_max": max(k.sends_ok_s or 0 for k in done),
-               "election_target_s": ELECTION_TARGET_S, "sends_target_s": SENDS_TARGET_S}
+               "election_target_s": watch.election_target_s, "sends_target_s": watch.sends_target_s}
     if as_json:
         typer.echo(json.dumps({"kills": rows, **summary}))
         return
@@ -198,5 +227,5 @@ def bench_failover(
                as_json=False)
     typer.echo(f"acknowledged {summary['acked']} of {summary['sent']} sends ({summary['failed_sends']} failed "
                f"while no leader took writes); worst election {summary['elected_s_max']:.3f} s "
-               f"(target {ELECTION_TARGET_S} s), worst time to sends again {summary['sends_ok_s_max']:.3f} s "
-               f"(target {SENDS_TARGET_S} s)")
+               f"(target {watch.election_target_s} s), worst time to sends again {summary['sends_ok_s_max']:.3f} s "
+               f"(target {watch.sends_target_s} s)")

@@ -22,7 +22,7 @@ from mqctl.common.options import JsonOutput
 from mqctl.common.output import print_rows
 from mqctl.common.progress import progress_bar
 from mqctl.hosts.placement import lab_number, stop_lab
-from mqctl.nodes import replication_view, rolling
+from mqctl.nodes import controller_ops, replication_view, rolling
 from mqctl.nodes.leadership import group_infos, leader_of
 from mqctl.nodes.port_holders import held_port, listener_of
 from mqctl.nodes.processes import (
@@ -214,6 +214,9 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
     if config.replication.mode != "dledger" and _switch_from_raft(config, timeout, as_json):
         return
     order = rolling.restart_order(config, nodes_of(config, nodes))
+    if config.replication.controller:
+        _restart_under_controller(config, order, timeout, as_json)
+        return
     waits_for_slaves = rolling.is_master_slave(config)
     width = max((len(s.name) for s in order), default=0)
 
@@ -248,6 +251,47 @@ def restart(ctx: typer.Context, nodes: NodeNames = None,
                 after = rolling.wait_slaves_connected(config, broker, time.monotonic() + timeout)
             if after:
                 progress(spec, after["note"])
+            row |= after
+            if as_json:
+                typer.echo(json.dumps(row))
+            bar.advance()
+
+
+def _restart_under_controller(config: Config, order: list[NodeSpec], timeout_s: float, as_json: bool) -> None:
+    """The rolling restart of a cluster in controller mode: name servers (controller members)
+    one at a time, then per group the brokers that are slaves now, each back in the
+    SyncStateSet before the next goes, then the master: first handed over to an in-sync slave
+    (a planned switchover: no acknowledged message lost, no send refused through a proxy), then
+    restarted as a slave of the new one."""
+    width = max((len(s.name) for s in order), default=0)
+    masters = {group: controller_ops.current_master(config, group) for group in config.broker_groups}
+    order = ([s for s in order if s.kind == "nameserver"]
+             + [s for s in order if s.kind == "broker" and s.name not in masters.values()]
+             + [s for s in order if s.kind == "broker" and s.name in masters.values()]
+             + [s for s in order if s.kind == "proxy"])
+    with progress_bar("rolling restart", len(order), quiet=as_json) as bar:
+        for spec in order:
+            broker = config.broker_node(spec.name)
+            role = spec.kind if broker is None else ("master" if spec.name in masters.values() else "slave")
+            row: dict[str, Any] = {"node": spec.name, "role": role, "address": spec.listen}
+
+            def progress(message: str, spec: NodeSpec = spec) -> None:
+                if not as_json:
+                    typer.echo(f"{spec.name.ljust(width)}  {message}")
+            if broker is not None and controller_ops.current_master(config, broker.name) == spec.name:
+                node, _, epoch = controller_ops.hand_over(config, broker.name, None, timeout_s)
+                progress(f"handed over to {node} (epoch {epoch})")
+            progress("stopping" if running_pid(config, spec.name) is not None else "not running: starting")
+            row |= _restart_one(config, spec, timeout_s)
+            progress(f"{row['state']} (pid {row['pid']})")
+            after: dict[str, Any] = {}
+            if spec.kind == "nameserver":
+                after = rolling.wait_brokers_registered(
+                    config, spec, time.monotonic() + timeout_s + config.broker.register_interval_ms / 1000)
+            elif broker is not None:
+                after = controller_ops.wait_in_sync(config, broker, time.monotonic() + timeout_s)
+            if after:
+                progress(after["note"])
             row |= after
             if as_json:
                 typer.echo(json.dumps(row))
@@ -336,15 +380,15 @@ def status(ctx: typer.Context, as_json: JsonOutput = False) -> None:
             row |= replication_view.raft_fields(info, replication_view.raft_leader_info(group),
                                                 alive=alive[spec.name])
         elif config.replication.controller:  # the controller names the master: as each says
-            group = {b.node: infos.get(b.node) for b in config.brokers if b.name == broker.name}
-            master = replication_view.controller_master(group)
-            if master == spec.name:
+            members = {b.node: infos.get(b.node) for b in config.brokers if b.name == broker.name}
+            elected = replication_view.controller_master(members)
+            if elected == spec.name:
                 row |= {"role": "master", "max_offset": _max_offset(info)}
                 row |= replication_view.master_fields(info, alive=alive[spec.name], mode_configured=mode,
-                                                      slaves_configured=len(group) - 1)
+                                                      slaves_configured=len(members) - 1)
             else:
                 row |= {"role": "slave", "max_offset": _max_offset(info)}
-                row |= replication_view.slave_fields(info, None if master is None else group[master],
+                row |= replication_view.slave_fields(info, None if elected is None else members[elected],
                                                      alive=alive[spec.name], mode_configured=mode)
             row |= replication_view.controller_fields(info)
         elif broker.is_master:

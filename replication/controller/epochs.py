@@ -21,9 +21,9 @@ def epoch_ends(entries: list[EpochEntry], log_end: int) -> dict[int, tuple[int, 
 def consistent_point(local: list[EpochEntry], local_end: int, master: list[EpochEntry],
                      master_end: int) -> int | None:
     """The offset to cut this replica's log at before it follows ``master``; ``local_end`` when
-    this replica has no epochs yet (nothing to compare: nothing cut); None when the two share no
-    epoch (the replica cannot follow this master without being emptied)."""
-    if not local:
+    this replica has no epochs yet or an empty log (nothing to compare: nothing cut); None when
+    the two share no epoch (the replica cannot follow this master without being emptied)."""
+    if not local or local_end == 0:
         return local_end
     mine, theirs = epoch_ends(local, local_end), epoch_ends(master, master_end)
     for epoch in sorted(mine, reverse=True):

@@ -119,7 +119,7 @@ class ControllerReplication:
         return "under a controller, hand a group over with `mqctl failover GROUP --to ID`"
 
     def runtime_info(self) -> dict[str, str]:
-        role = self.role
+        role = self._latest or self.role  # the newest word: a slave's SyncStateSet changes under it
         info = {"haMode": self.mode, "haController": "true", "haRole": "master" if self.is_master else "slave",
                 "haMasterEpoch": str(role.master_epoch if role else 0),
                 "haSyncStateSet": orjson.dumps(sorted(role.sync_state_set) if role else []).decode(),
@@ -278,6 +278,8 @@ class ControllerReplication:
             self.store.set_readable_limit(offset)
 
     def _appended(self, log_end: int) -> None:
-        while self._pending_epochs and self._pending_epochs[0].start_offset < log_end:
+        # an epoch that began where this log ends is taken too (it may hold nothing yet): a slave
+        # that copied nothing of a master's epoch still shares it with the next master
+        while self._pending_epochs and self._pending_epochs[0].start_offset <= log_end:
             entry = self._pending_epochs.pop(0)
             self.epochs.begin(entry.epoch, entry.start_offset)

@@ -53,3 +53,9 @@ def test_an_epoch_that_began_elsewhere_is_not_shared():
 def test_no_shared_epoch_and_no_epochs_at_all():
     assert consistent_point(entries((5, 0)), 100, entries((6, 0)), 100) is None
     assert consistent_point([], 4096, entries((1, 0)), 100) == 4096
+
+
+def test_an_empty_log_agrees_with_any_master():
+    # a master killed before anything was written, back as a slave of one that took over empty
+    assert consistent_point(entries((1, 0)), 0, entries((2, 0)), 0) == 0
+    assert consistent_point(entries((1, 0)), 0, entries((2, 0)), 500) == 0
