@@ -64,8 +64,8 @@ test-long: install
 	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=20 -m "slow and not drill"
 	$(BIN)/python -m pytest --durations=30 -m drill
 
-# The drills across a lab in full: every fault kind, 5 minutes each, for sync and dledger, at
-# 2,400 msgs/s offered, every figure printed and each report kept in drill-results/ (about 100 minutes).
+# The drills across a lab in full: every fault kind, 5 minutes each, for sync, dledger and controller, at
+# 2,400 msgs/s offered, every figure printed and each report kept in drill-results/ (about 130 minutes).
 drills: install
 	mkdir -p drill-results
 	MQCTL_DRILL_SECONDS=300 MQCTL_DRILL_RESULTS=$(CURDIR)/drill-results $(BIN)/python -m pytest -s --durations=30 -m drill tests/mqctl/test_chaos_lab.py

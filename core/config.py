@@ -114,7 +114,7 @@ class ReplicationConfig:
     min_in_sync_replicas: int = 1
     # controller mode: elect from every replica, not only the SyncStateSet (loses acknowledged messages)
     unclean_election: bool = False
-    controller_heartbeat_interval_ms: int = 200
+    controller_heartbeat_interval_ms: int = 100
     controller_heartbeat_timeout_ms: int = 3_000
 
     def __post_init__(self) -> None:

@@ -5,15 +5,19 @@ The name servers learn a new master or raft leader at once (a broker registers a
 role changes; a broker whose connection closes is dropped), so the view asks them again as soon
 as a request tells it something changed: an upstream connection that closed, a timeout, a
 member that refuses writes. It then looks every ``FAST_REFRESH_S`` until the group has a master
-again, and every ``STEADY_REFRESH_S`` otherwise (new groups, planned leadership changes). A
-member that failed is not chosen as master for ``DISTRUST_S``, even while a name server still
-lists it.
+again, and every ``STEADY_REFRESH_S`` otherwise (new groups, planned leadership changes;
+``ELECTING_REFRESH_S`` where groups elect: a master cut off by a partition fails no request
+until a timeout, and its successor registers within a second). A member that failed is not
+chosen as master for ``DISTRUST_S``, even while a name server still lists it. When a group's
+master changes, ``on_master_moved`` hears of it (the forwarder closes its connections to the
+old one, so writes waiting there go to the new one at once).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -28,6 +32,7 @@ from core.remoting.command import RemotingCommand
 log = logging.getLogger(__name__)
 
 STEADY_REFRESH_S = 2.0
+ELECTING_REFRESH_S = 0.25
 FAST_REFRESH_S = 0.05
 HURRY_S = 10.0  # how long a suspicion keeps the fast pace (a raft election takes a few seconds)
 DISTRUST_S = 3.0
@@ -47,9 +52,13 @@ def parse_cluster_info(body: bytes) -> dict[str, Members]:
 class ClusterView:
     """Group members as the name servers last said, less the members that just failed."""
 
-    def __init__(self, client: RemotingClient, namesrv: list[str]) -> None:
+    def __init__(self, client: RemotingClient, namesrv: list[str], *, steady_refresh_s: float = STEADY_REFRESH_S,
+                 on_master_moved: Callable[[str, str], None] | None = None) -> None:
+        """``on_master_moved(group, old master)``: called when a refresh finds another master."""
         self._client = client
         self._namesrv = list(namesrv)
+        self._steady_s = steady_refresh_s
+        self.on_master_moved = on_master_moved
         self.groups: dict[str, Members] = {}
         self._failed: dict[str, float] = {}  # address -> when a request to it failed
         self._changed = trio.Event()
@@ -112,7 +121,7 @@ class ClusterView:
         await self.refresh()
         task_status.started()
         while True:
-            pace = FAST_REFRESH_S if trio.current_time() < self._hurry_until else STEADY_REFRESH_S
+            pace = FAST_REFRESH_S if trio.current_time() < self._hurry_until else self._steady_s
             with trio.move_on_after(pace):
                 await self._hurry.wait()
             self._hurry = trio.Event()
@@ -137,11 +146,16 @@ class ClusterView:
             self.refreshes += 1
             if groups == self.groups:
                 return False
+            moved = []
             for group, members in self.groups.items():
                 old = members.get(MASTER_ID)
                 if old is not None and groups.get(group, {}).get(MASTER_ID) != old:
                     self.failovers[group] = self.failovers.get(group, 0) + 1
+                    moved.append((group, old))
             self.groups = groups
+            if self.on_master_moved is not None:
+                for group, old in moved:
+                    self.on_master_moved(group, old)
             self._changed.set()
             self._changed = trio.Event()
             return True

@@ -21,6 +21,7 @@ the member: suggest id 0; records name the group's door as their store host).
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Mapping
 from functools import partial
 from types import MappingProxyType
@@ -80,6 +81,15 @@ class Forwarder:
         self._elects = elects
         self._failover_wait_s = failover_wait_s
         self.resent = 0  # sends sent again on a new master after the first one failed
+        self._writers: weakref.WeakSet[ClientSession] = weakref.WeakSet()  # sessions that wrote
+
+    def master_moved(self, group: str, old: str) -> None:
+        """``group``'s master is another now: close every session's connection to the old one,
+        so that writes still waiting there fail at once and go to the new master (a master cut
+        off by a partition would hold them until their timeout)."""
+        for session in list(self._writers):
+            if session.connected(old) is not None:
+                session.drop(old)
 
     async def ask_name_servers(self, request: RemotingCommand) -> RemotingCommand | None:
         """``request`` to the first name server that answers, its answer as it came; None for a
@@ -137,6 +147,7 @@ class Forwarder:
         ``deadline`` and ``tried`` continue a relay that failed on master ``tried``."""
         if deadline is None:
             deadline = trio.current_time() + (self._failover_wait_s if self._elects else 0.0)
+        self._writers.add(session)
         while True:
             master = await self.view.wait_master(group, deadline)
             if master is None:
@@ -175,6 +186,7 @@ class Forwarder:
         if upstream is None:
             return False
         assert master is not None
+        self._writers.add(session)
         deadline = trio.current_time() + (self._failover_wait_s if self._elects else 0.0)
         timeout_s = self._timeout(request, deadline)
 

@@ -16,7 +16,7 @@ from core.metrics.exposition import node_registry
 from core.metrics.http import address_file, serve_node_metrics
 from core.node_specs import ProxyNode, metrics_listen
 from core.plugin_manager import PluginHost
-from core.proxy.cluster_view import ClusterView
+from core.proxy.cluster_view import ELECTING_REFRESH_S, STEADY_REFRESH_S, ClusterView
 from core.proxy.doors import Doors
 from core.proxy.forwarder import Forwarder
 from core.proxy.grpc.clients import GrpcClients
@@ -40,12 +40,14 @@ async def serve_proxy(
     source_host = own_loopback(node.listen)  # a proxy on 127.0.0.12 calls from there too
     async with open_remoting_client(plugins=plugins, credentials=config.acl.credentials(),
                                     source_host=source_host) as client, trio.open_nursery() as nursery:
-        view = ClusterView(client, config.namesrv_addresses)
+        elects = config.replication.mode == "dledger" or config.replication.controller
+        view = ClusterView(client, config.namesrv_addresses,
+                           steady_refresh_s=ELECTING_REFRESH_S if elects else STEADY_REFRESH_S)
         await nursery.start(view.run)
         acl = AclFile(config.acl_file) if config.acl.enabled else None
         forwarder = Forwarder(nursery, doors, view, client, config.namesrv_addresses,
-                              elects=config.replication.mode == "dledger" or config.replication.controller,
-                              failover_wait_s=config.proxy.failover_wait_ms / 1000)
+                              elects=elects, failover_wait_s=config.proxy.failover_wait_ms / 1000)
+        view.on_master_moved = forwarder.master_moved
         more_counters: Callable[[], dict[str, str]] = dict
         meters = ProxyMeters(config.metrics.label_values_max, timed=config.metrics.enabled)
         service: MessagingService | None = None

@@ -39,7 +39,7 @@ from mqctl.nodes.commands import start_nodes
 from mqctl.nodes.processes import NodeSpec, nodes_of, running_pid, stop
 
 GROUP = "broker-a"
-MEMBERS = MappingProxyType({"async": 2, "sync": 2, "dledger": 3})
+MEMBERS = MappingProxyType({"async": 2, "sync": 2, "dledger": 3, "controller": 3})
 NAMESRV_HOST = "127.0.0.10"
 PROXY_HOST = "127.0.0.20"
 START_TIMEOUT_S = 60.0
@@ -102,7 +102,9 @@ def write_drill_config(directory: Path, mode: str) -> tuple[Path, list[Member]]:
                               f"{host}:{ports.take(host)}"))
     proxy_port = ports.take(PROXY_HOST, with_next=True)  # its door for broker-a takes the next port
     path = directory / "conf.toml"
-    namesrv = (f"{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}", f"{NAMESRV_HOST}:{ports.take(NAMESRV_HOST)}")
+    # the name server's port + 1 is its controller's raft port (controller mode)
+    namesrv = (f"{NAMESRV_HOST}:{ports.take(NAMESRV_HOST, with_next=True)}",
+               f"{NAMESRV_HOST}:{ports.take(NAMESRV_HOST, with_next=True)}")
     path.write_text(drill_settings(mode, "one broker group behind fault proxies")
                     + drill_nodes(namesrv, members, f"{PROXY_HOST}:{proxy_port}", f"{PROXY_HOST}:{ports.take(PROXY_HOST)}"))
     return path, members
@@ -120,7 +122,9 @@ def drill_nodes(namesrv: tuple[str, str], members: list[Member], proxy: str, grp
 
 def drill_settings(mode: str, what: str) -> str:
     """The settings every drill's conf.toml starts with: small stores, quick heartbeats and
-    registrations, so that faults are noticed within seconds."""
+    registrations, so that faults are noticed within seconds. Mode ``controller`` is a sync
+    group under a controller (its name server hosts a controller group of one)."""
+    replication = 'mode = "sync"\ncontroller = true' if mode == "controller" else f'mode = "{mode}"'
     return f"""# written by mqctl chaos: {what}
 [cluster]
 data_dir = "data"
@@ -129,7 +133,7 @@ segment_size_bytes = 16777216
 index_slots = 10007
 index_entries = 40000
 [replication]
-mode = "{mode}"
+{replication}
 ha_heartbeat_interval_ms = 1000
 ha_housekeeping_interval_ms = 5000
 ha_reconnect_interval_ms = 1000

@@ -5,7 +5,7 @@ mode keeps.
  place:  a lab of network namespaces when the machine allows one (a host per node, the drill
          on the client host: mqctl/chaos/lab_cluster.py), else loopback addresses behind fault
          proxies (mqctl/chaos/cluster.py), said in one line
- start:  name server, one broker group (async/sync: master and slave; dledger: 3 members), a
+ start:  name server, one broker group (async/sync: master and slave; dledger, controller: 3), a
          proxy with its 4.x and gRPC doors
  run:    client processes of mqctl's client, the stock C++ 4.x client and the official 5.x
          client offer --rate messages a second, each writing its sends and deliveries to a
@@ -59,7 +59,8 @@ NETS = ("auto", "lab", "loopback")
 
 
 def chaos(
-    mode: Annotated[str, typer.Option(help="Replication mode to drill: async, sync or dledger.")] = "dledger",
+    mode: Annotated[str, typer.Option(help="Replication mode to drill: async, sync, dledger or controller "
+                                                "(sync under a controller).")] = "dledger",
     faults: Annotated[str, typer.Option(help="Comma list of " + ", ".join(FAULT_KINDS) + " (disk-full mounts a "
                                         "tmpfs per broker: root only; one-way, split, bridge, loss and rate need "
                                         "a lab).")] = "kill,pause,partition",
@@ -83,7 +84,7 @@ def chaos(
 
     Run a fault drill on a cluster of its own under load and check what the mode promises."""
     if mode not in LOSS_ALLOWED:
-        raise CliError(f"--mode must be async, sync or dledger, not {mode!r}")
+        raise CliError(f"--mode must be async, sync, dledger or controller, not {mode!r}")
     if net not in NETS:
         raise CliError(f"--net must be auto, lab or loopback, not {net!r}")
     try:
@@ -92,7 +93,7 @@ def chaos(
         raise CliError(str(exc)) from None
     if MEMBERS[mode] < 3 and (few := [k for k in kinds if k in NEEDS_THREE]):
         raise CliError(f"{', '.join(few)} set members against each other: {mode} mode has two; drop "
-                       f"{', '.join(few)} or drill dledger")
+                       f"{', '.join(few)} or drill dledger or controller")
     chosen = choose_clients(clients)
     seconds = parse_duration(duration)
     if directory is not None and directory.exists() and any(directory.iterdir()):

@@ -8,7 +8,7 @@ not be stored). Consumers record every delivery: key, queue, queue offset and wh
 The verdict, as RocketMQ users would judge it:
 
 - **lost**: acknowledged, never delivered. The only failure the replication modes differ on:
-  sync and dledger promise none; async may lose what the master acknowledged and had not yet
+  sync, dledger and controller promise none; async may lose what the master acknowledged and had not yet
   shipped to its slave when it died (reported with its window, allowed).
 - **phantom**: delivered, never attempted. Always a failure (a store that invents messages).
 - **moved**: delivered, but never at the queue offset acknowledged: the acknowledged copy is gone
@@ -27,7 +27,8 @@ The verdict, as RocketMQ users would judge it:
 - **unavailability windows**: stretches in which every send attempt failed or went unanswered,
   from the first such attempt to the next acknowledgement (a quarter second or longer), with what those sends were told
   (their ``why``, counted); per fault, the sends acknowledged while it lasted and the time from
-  its heal to the first acknowledgement after it (its recovery time).
+  its heal to the first acknowledgement after it (its recovery time), and from the fault to the
+  first acknowledgement of a send begun after it (a failover's length when it hit the master).
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ class Recovery:
     fault: FaultSpan
     first_ack_after_heal: float | None  # seconds after the heal (None: none came)
     acked_during: int = 0  # sends started and acknowledged while the fault lasted
+    # seconds from the fault to the first acknowledgement of a send begun after it (a failover's
+    # length, when the fault hit the master)
+    first_ack_after_fault: float | None = None
 
 
 @dataclass
@@ -149,6 +153,7 @@ class Verdict:
             "recoveries": [{"fault": r.fault.kind, "target": r.fault.target, "was_leader": r.fault.was_leader,
                             "started": r.fault.started,
                             "healed": r.fault.healed, "first_ack_after_heal_s": r.first_ack_after_heal,
+                            "first_ack_after_fault_s": r.first_ack_after_fault,
                             "acked_during": r.acked_during}
                            for r in self.recoveries],
         }
@@ -286,4 +291,6 @@ def _recovery(fault: FaultSpan, attempts: Sequence[SendAttempt]) -> Recovery:
     until = fault.healed if fault.heal_began is None else fault.heal_began
     after = [a.ended for a in attempts if a.outcome == "ok" and a.ended >= fault.healed]
     during = sum(1 for a in attempts if a.outcome == "ok" and fault.started <= a.started and a.ended <= until)
-    return Recovery(fault, min(after) - fault.healed if after else None, during)
+    since = [a.ended for a in attempts if a.outcome == "ok" and a.started >= fault.started]
+    return Recovery(fault, min(after) - fault.healed if after else None, during,
+                    min(since) - fault.started if since else None)

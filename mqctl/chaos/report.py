@@ -13,7 +13,7 @@ from mqctl.chaos.history import FaultSpan, Verdict
 from mqctl.chaos.schedule import WARMUP_SECONDS
 from mqctl.chaos.workload import WorkerSpec, Workload
 
-LOSS_ALLOWED = MappingProxyType({"async": True, "sync": False, "dledger": False})
+LOSS_ALLOWED = MappingProxyType({"async": True, "sync": False, "dledger": False, "controller": False})
 REASONS_SHOWN = 5  # the most frequent reasons a report prints (--json has them all)
 
 
@@ -110,8 +110,10 @@ def print_report(r: dict[str, Any]) -> None:
         echo(f"  unavailable from {w['started']:.2f} s to {until}: {w['attempts']} sends not acknowledged{mostly}")
     for rec in r["recoveries"]:
         after = f"{rec['first_ack_after_heal_s']:.2f} s" if rec["first_ack_after_heal_s"] is not None else "never"
-        echo(f"  {rec['fault']} of {rec['target']}: {rec['acked_during']} sends acknowledged during it, "
-             f"the first acknowledgement {after} after the heal")
+        since = rec.get("first_ack_after_fault_s")
+        echo(f"  {rec['fault']} of {rec['target']}{' (master)' if rec.get('was_leader') else ''}: "
+             f"{rec['acked_during']} sends acknowledged during it, the first of a send begun after it "
+             f"{'never' if since is None else f'{since:.2f} s'} after the fault, the first after the heal {after} after it")
     echo("verdict: " + ("; ".join(r["broken_promises"]) if r["broken_promises"] else "every promise kept"))
     if r.get("kept"):
         echo(f"the drill's cluster, stores and logs: {r['kept']}")

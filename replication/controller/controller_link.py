@@ -81,7 +81,13 @@ class ControllerLink:
         self._source_host = source_host
         self.leader = controllers[0]
         self.registered = False
+        self._answered_at = trio.current_time()  # the last heartbeat or registration the leader answered
         self.client: RemotingClient | None = None
+
+    @property
+    def silent_s(self) -> float:
+        """Seconds since the controller's leader last answered this broker's heartbeat."""
+        return trio.current_time() - self._answered_at
 
     def process(self, request: RemotingCommand, conn: Any) -> RemotingCommand | None:
         """Requests the controller sends on this broker's connection: its role notices."""
@@ -104,6 +110,7 @@ class ControllerLink:
             while True:
                 reply = await self._beat() if self.registered else await self._register()
                 if reply is not None and reply.code == ResponseCode.SUCCESS:
+                    self._answered_at = trio.current_time()
                     self._told_by(reply)
                 elif reply is not None and reply.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
                     self.registered = False

@@ -26,7 +26,7 @@ from replication.controller.group_state import Candidate
 
 @dataclass(frozen=True, slots=True)
 class LivenessSettings:
-    heartbeat_interval_ms: int = 200
+    heartbeat_interval_ms: int = 100
     heartbeat_timeout_ms: int = 3000
     drop_grace_ms: int = 150  # a reconnect this soon (a restarted socket, not a dead broker) counts as alive
 

@@ -20,6 +20,7 @@ serving as slave under the group's highest id + 1), as RocketMQ's brokers do.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import orjson
@@ -46,6 +47,9 @@ from replication.member_keys import Membership
 
 log = logging.getLogger(__name__)
 
+HA_HEARTBEAT_MS = 100
+MASTER_SILENT_S = 0.5  # a 300 ms stall of the master stays under it; a partition does not
+
 
 class ControllerReplication:
     """One broker of a group whose master the controller elects."""
@@ -56,7 +60,10 @@ class ControllerReplication:
         self.store = store
         self.mode = "sync" if sync else "async"
         self._sync = sync
-        self.settings = config.replication
+        # under a controller the HA link beats often: a slave that hears nothing from its master
+        # for MASTER_SILENT_S tells the controller, which elects sooner than a heartbeat timeout
+        self.settings = dataclasses.replace(config.replication, ha_heartbeat_interval_ms=min(
+            config.replication.ha_heartbeat_interval_ms, HA_HEARTBEAT_MS))
         self.sync_timeout_s = config.store.sync_flush_timeout_ms / 1000
         self.members = {b.id: b for b in config.brokers if b.name == node.name}
         self.slave_id = node.id or max(self.members) + 1
@@ -165,7 +172,7 @@ class ControllerReplication:
         client = self.client
         return BeatStatus(self.epochs.last_epoch, self.store.log_end,
                           keeper.confirm_offset() if keeper is not None else self.store.log_end,
-                          ha_link_down=client is not None and not client.connected)
+                          ha_link_down=client is not None and client.silent_s > MASTER_SILENT_S)
 
     async def _run_roles(self, ha_listen: str) -> None:
         while True:

@@ -2,7 +2,10 @@
 isInSyncReplicas checks and the AlterSyncStateSet requests), and the sends that wait for it.
 
 ```
- shrink   a member whose HA link dropped: at once; one behind for ha_max_time_slave_not_catchup
+ fenced   no put taken while the controller has not answered for a heartbeat timeout
+ shrink   a member whose HA link dropped, or that said nothing for SLAVE_SILENT_S (it reports
+          every 100 ms: it is stopped or cut off): at once; one behind for
+          ha_max_time_slave_not_catchup
  expand   a slave less than JOIN_LAG_S behind starts joining: from then on sends wait for it
           too; once it holds the confirm offset of that moment, it holds every acknowledged
           message, and is asked into the set
@@ -31,6 +34,7 @@ from replication.watermark_waiters import AckWaiters
 log = logging.getLogger(__name__)
 
 JOIN_LAG_S = 1.0
+SLAVE_SILENT_S = 0.5  # a slave's 300 ms stall stays under it
 CHECK_INTERVAL_S = 0.1
 
 
@@ -47,6 +51,7 @@ class SyncStateSetKeeper:
         self.store = store
         self.catchup_max_s = settings.ha_max_time_slave_not_catchup_ms / 1000
         self.min_in_sync = settings.min_in_sync_replicas
+        self.controller_timeout_s = settings.controller_heartbeat_timeout_ms / 1000
         self.service: HAService | None = None
         self.acks = AckWaiters()
         self.joining: dict[int, int] = {}  # broker id -> the confirm offset when it began joining
@@ -101,11 +106,18 @@ class SyncStateSetKeeper:
         self.acks.wake()
 
     def check_enough(self) -> None:
-        """Refuse puts while the set is smaller than min_in_sync_replicas (RocketMQ's check)."""
-        short = len(self.members) < self.min_in_sync
-        self.store.set_replicas_short(
-            f"the SyncStateSet holds {len(self.members)} broker(s), min_in_sync_replicas is {self.min_in_sync}"
-            if short else None)
+        """Refuse puts while the set is smaller than min_in_sync_replicas (RocketMQ's check), and
+        while the controller has not answered for a heartbeat timeout: by then it may have
+        elected another master (RocketMQ's master keeps acknowledging; an async one loses it all)."""
+        silent = self.link.silent_s
+        if silent > self.controller_timeout_s:
+            reason: str | None = (f"this master has not reached the controller for {silent:.1f} s: another may "
+                                  "have been elected")
+        elif len(self.members) < self.min_in_sync:
+            reason = f"the SyncStateSet holds {len(self.members)} broker(s), min_in_sync_replicas is {self.min_in_sync}"
+        else:
+            reason = None
+        self.store.set_replicas_short(reason)
 
     async def wait_all_acked(self, end: int, timeout_s: float) -> Replicated:
         if not self._waited():
@@ -124,6 +136,7 @@ class SyncStateSetKeeper:
                 with trio.move_on_after(CHECK_INTERVAL_S):
                     await self._news.wait()
                 self._news = trio.Event()
+                self.check_enough()
                 await self._adjust()
 
     async def _adjust(self) -> None:
@@ -132,12 +145,15 @@ class SyncStateSetKeeper:
             return
         acks, end, now = self.acked_by(), self.store.log_end, trio.current_time()
         lag = {b: service.timeline.lag_s(a, end, now) for b, a in acks.items()}
-        drop = {b for b in self.members if b != self.me and (b not in acks or lag[b] > self.catchup_max_s)}
+        heard = {int(link.member): link.last_heard for link in service.links if link.member.isdigit()}
+        drop = {b for b in self.members if b != self.me and (b not in acks or lag[b] > self.catchup_max_s
+                                                             or now - heard.get(b, now) > SLAVE_SILENT_S)}
         for b in list(self.joining):
-            if b not in acks or lag[b] > JOIN_LAG_S:
+            if b not in acks or lag[b] > JOIN_LAG_S or now - heard.get(b, now) > SLAVE_SILENT_S:
                 del self.joining[b]
         for b in acks:
-            if b not in self.members and b not in self.joining and lag[b] <= JOIN_LAG_S:
+            if b not in self.members and b not in self.joining and lag[b] <= JOIN_LAG_S \
+                    and now - heard.get(b, now) <= SLAVE_SILENT_S:
                 self.joining[b] = self.confirm_offset()
         ready = {b for b, at in self.joining.items() if acks.get(b, -1) >= at}
         wanted = (self.members - drop) | ready

@@ -63,6 +63,12 @@ class HAClient:
         self._master_changed = trio.Event()
         self._last_heard = 0.0
 
+    @property
+    def silent_s(self) -> float:
+        """Seconds since the master last sent anything (data or a heartbeat); infinite while
+        not connected."""
+        return trio.current_time() - self._last_heard if self.connected else float("inf")
+
     def set_master(self, ha_addr: str | None) -> None:
         if ha_addr and ha_addr != self.master_ha:
             log.info("master HA address: %s", ha_addr)

@@ -42,6 +42,12 @@ def test_upgrade_elects_the_longest_log_and_downgrade_waits_for_id_0(tmp_path, s
         assert cluster.mqctl("start", "broker-a-0").returncode == 0
         wait_for(lambda: (i := infos(config)["broker-a-1"]) and json.loads(i["haSyncStateSet"]) == [0, 1, 2])
 
+        # a rolling restart hands the master over before restarting it
+        restarted = cluster.mqctl("restart")
+        assert restarted.returncode == 0 and "handed over to" in restarted.stdout, restarted.stdout + restarted.stderr
+        assert cluster.mqctl("failover", "broker-a", "--to", "1").returncode == 0  # as before the restart
+        wait_for(lambda: (i := infos(config)["broker-a-1"]) and json.loads(i["haSyncStateSet"]) == [0, 1, 2])
+
         refused = cluster.mqctl("config", "set", "replication.controller", "false")
         assert refused.returncode != 0 and "broker-a-1 (id 1" in refused.stderr, refused.stderr
         assert load_config(cluster.config).replication.controller  # the file is as it was
