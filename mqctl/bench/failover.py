@@ -178,7 +178,7 @@ def bench_failover(
     record: Annotated[Path | None, typer.Option(help="Write each acknowledged send here (JSON lines).")] = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """Time elections and the first send after killing the leader (dledger, or a controller).
+    """Time failovers: SIGKILL the leader (dledger) or master (controller) N times.
 
     Kill the leader (raft) or master (controller mode) of a group with SIGKILL KILLS times
     (restarting it each time) while a producer sends, and time the election, the new

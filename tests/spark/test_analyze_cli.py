@@ -117,6 +117,7 @@ def test_a_configs_stores_on_a_standalone_master_match_plain_python(
     assert pq.read_table(out / "divergence-broker-a-0-vs-broker-a-1.parquet").num_rows == 0  # the copy agrees
 
 
+@pytest.mark.slow  # 46 s; make test keeps test_reports.py's local-mode comparison of the same report
 def test_a_report_job_under_spark_submit_matches_plain_python(analysis_stores, tmp_path, subprocess_env):
     """``spark-submit spark/jobs/divergence.py A B --out O``, as the README shows it. (Local mode
     is compared with plain Python for this report in test_reports.py.)"""

@@ -72,8 +72,14 @@ class OffsetJournal:
                 break
             for index, entry in entries:
                 try:
-                    self._apply(store.read_record(entry.phys_offset).body)
-                except (StoreError, ValueError, TypeError, orjson.JSONDecodeError) as exc:
+                    record = store.read_record(entry.phys_offset)
+                except (StoreError, KeyError) as exc:  # not readable yet (a raft member's tail): later
+                    log.debug("consumer offset journal record %d not readable yet: %s", index, exc)
+                    end = cursor
+                    break
+                try:
+                    self._apply(record.body)
+                except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
                     log.warning("consumer offset journal record %d unreadable, skipped: %s", index, exc)
                 cursor = index + 1
                 applied += 1
