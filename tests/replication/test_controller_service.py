@@ -282,3 +282,48 @@ async def test_a_name_server_whose_plugins_make_no_controller_refuses_to_start(t
     plugins = PluginHost([routing, NoController()], load_entry_points=False)
     with pytest.raises(CoreError, match="no plugin makes the controller"):
         await serve_nameserver(config.nameservers[0], config, plugins, data_dir=tmp_path)
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.17, 0.25])  # before, around and after the election's commit
+async def test_the_controller_leader_killed_during_an_election_leaves_one_master_per_epoch(tmp_path, after_s):
+    config = controller_config(tmp_path)
+    servers = NameServers(config, tmp_path)
+    async with trio.open_nursery() as nursery:
+        for ns in config.nameservers:
+            await servers.start(nursery, ns.name)
+        brokers = {i: FakeBroker(nursery, config, i) for i in (0, 1, 2)}
+        beats = {}
+        for b in brokers.values():
+            await b.register()
+            scope = beats[b.id] = trio.CancelScope()
+
+            async def beat(b=b, scope=scope) -> None:
+                with scope:
+                    await b.beat_forever(max_offset=100)
+            nursery.start_soon(beat)
+        await wait_master(brokers[1], 1)
+        altered = await brokers[0].ask(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
+            "brokerName": GROUP, "masterBrokerId": "0", "masterEpoch": "1"},
+            orjson.dumps({"syncStateSet": [0, 1, 2], "syncStateSetEpoch": 1}))
+        assert altered.code == ResponseCode.SUCCESS
+        # the master dies, and with it (as the election starts) the controller's raft leader
+        leader = next(ns.name for ns in config.nameservers if ns.address == brokers[1].leader)
+        beats[0].cancel()
+        brokers[0].client.close()
+        await trio.sleep(after_s)  # the second fault's timing (the dropped connection counts after 150 ms)
+        await servers.stop(leader)
+        info = await wait_master(brokers[1], 2)
+        assert info.ext_fields["masterBrokerId"] in ("1", "2")
+        await servers.start(nursery, leader)  # the old leader returns, as a follower
+        with trio.fail_after(10):
+            while True:
+                notices = [n for b in (brokers[1], brokers[2]) for n in b.notices]
+                by_epoch: dict[str, set[str]] = {}
+                for n in notices:
+                    by_epoch.setdefault(n.ext_fields["masterEpoch"], set()).add(n.ext_fields["masterBrokerId"])
+                if "2" in by_epoch:
+                    break
+                await trio.sleep(0.05)
+        assert all(len(masters) == 1 for masters in by_epoch.values()), by_epoch
+        assert (await wait_master(brokers[2], 2)).ext_fields["masterEpoch"] == info.ext_fields["masterEpoch"]
+        nursery.cancel_scope.cancel()
