@@ -110,13 +110,17 @@ def write_drill_config(directory: Path, mode: str) -> tuple[Path, list[Member]]:
     return path, members
 
 
-def drill_nodes(namesrv: tuple[str, str], members: list[Member], proxy: str, grpc: str) -> str:
-    """The nodes' tables of a drill's conf.toml: the name server (listen, advertise), the
-    group's members and the proxy with its gRPC door."""
+def drill_nodes(namesrv: tuple[str, str] | list[tuple[str, str]], members: list[Member], proxy: str,
+                grpc: str) -> str:
+    """The nodes' tables of a drill's conf.toml: the name servers (listen, advertise; ns1, ns2,
+    ...), the group's members and the proxy with its gRPC door."""
+    namesrvs = [namesrv] if isinstance(namesrv, tuple) else namesrv
     brokers = "".join(
         f'[[brokers]]\nname = "{GROUP}"\nid = {i}\nlisten = "{m.listen}"\nadvertise = "{m.advertise}"\n'
         f'ha_advertise = "{m.ha_advertise}"\n' for i, m in enumerate(members))
-    return (f'[[nameservers]]\nname = "ns1"\nlisten = "{namesrv[0]}"\nadvertise = "{namesrv[1]}"\n{brokers}'
+    tables = "".join(f'[[nameservers]]\nname = "ns{i + 1}"\nlisten = "{listen}"\nadvertise = "{advertise}"\n'
+                     for i, (listen, advertise) in enumerate(namesrvs))
+    return (f'{tables}{brokers}'
             f'[[proxies]]\nname = "proxy1"\nlisten = "{proxy}"\ngrpc_listen = "{grpc}"\n')
 
 

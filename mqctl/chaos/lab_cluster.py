@@ -5,6 +5,7 @@ the kernel (mqctl/hosts/faults.py).
 ```
  lab N (10.231.N.0/24)   .2 client host: the drill, its worker processes
                          .10 name server   .11 .12 (.13) broker-a members   .20 proxy (4.x + gRPC doors)
+                         controller mode: .10 .30 .31 name servers, the controller group of three
 ```
 
 | kind | made by |
@@ -35,13 +36,18 @@ from mqctl.hosts.placement import CLIENT_HOST, CLIENT_OCTET
 LOSS_PERCENT = 10
 RATE_KBIT = 1000
 NAMESRV_OCTET, PROXY_OCTET = 10, 20
+CONTROLLER_NAMESRV_OCTETS = (10, 30, 31)  # controller mode: three name servers, the controller group
+
+
+def namesrv_octets(mode: str) -> tuple[int, ...]:
+    return CONTROLLER_NAMESRV_OCTETS if mode == "controller" else (NAMESRV_OCTET,)
 BROKER_PORT, NAMESRV_PORT, PROXY_PORT, GRPC_PORT = 10911, 9876, 8081, 8091
 DELAY_PORT_STEP = 10  # a delay proxy listens 10 ports above what it fronts
 
 
 def lab_hosts(mode: str) -> list[tuple[str, int]]:
     """(host name, octet) of a drill's lab: the client host, then one a node."""
-    octets = [NAMESRV_OCTET, *(11 + i for i in range(MEMBERS[mode])), PROXY_OCTET]
+    octets = [*namesrv_octets(mode), *(11 + i for i in range(MEMBERS[mode])), PROXY_OCTET]
     return [(CLIENT_HOST, CLIENT_OCTET), *((f"h{o}", o) for o in octets)]
 
 
@@ -58,8 +64,8 @@ def write_lab_config(directory: Path, mode: str, number: int, delayed: bool) -> 
     path = directory / "conf.toml"
     text = drill_settings(mode, f"one broker group, a host each in lab {number}").replace(
         'data_dir = "data"\n', f'data_dir = "data"\nlab = {number}\n')
-    namesrv = f"{net}.{NAMESRV_OCTET}:{NAMESRV_PORT}"
-    path.write_text(text + drill_nodes((namesrv, namesrv), members, f"{net}.{PROXY_OCTET}:{PROXY_PORT}",
+    namesrvs = [(f"{net}.{o}:{NAMESRV_PORT}",) * 2 for o in namesrv_octets(mode)]
+    path.write_text(text + drill_nodes(namesrvs, members, f"{net}.{PROXY_OCTET}:{PROXY_PORT}",
                                        f"{net}.{PROXY_OCTET}:{GRPC_PORT}"))
     return path, members
 
