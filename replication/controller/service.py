@@ -7,7 +7,7 @@ nothing. Only the raft leader answers: the others say CONTROLLER_NOT_LEADER and 
 is (``controllerLeaderAddress``), and the brokers go there.
 
 ```
- broker --REGISTER / HEARTBEAT (every 200 ms) / ALTER_SYNC_STATE_SET--> leader
+ broker --REGISTER / HEARTBEAT (every 100 ms) / ALTER_SYNC_STATE_SET--> leader
  leader: judge by the rules (group_state) -> one event -> raft -> applied on every member
          -> answer;  a new master: NOTIFY_BROKER_ROLE_CHANGED to every broker of the group, on
          the connection it heartbeats on
