@@ -19,6 +19,21 @@ from core.store.checkpoint import replace_durably
 from formats.epoch_file import EpochEntry, EpochFileError, decode_epoch_file, encode_epoch_file
 
 EPOCH_FILE = "epochFileCheckpoint"
+# the newest master epoch this broker itself served as master (slaves copy the epoch file, so it
+# alone does not say who was master last; leaving controller mode asks)
+MASTER_EPOCH_FILE = "masterEpoch"
+
+
+def master_epoch_served(root: Path) -> int:
+    """The newest master epoch the broker of store ``root`` served as master; 0: none."""
+    try:
+        return int((root / MASTER_EPOCH_FILE).read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def note_master_epoch(root: Path, epoch: int) -> None:
+    replace_durably(root / MASTER_EPOCH_FILE, f"{epoch}\n".encode())
 
 
 class EpochCheckpoint:

@@ -1,31 +1,23 @@
 """Whether a cluster may leave controller mode (``mqctl config set replication.controller
 false``): without a controller, broker id 0 is each group's master again, so it must be the
-broker that was master last, holding the longest log. Each broker's epoch file (written under
-the controller) says which master epochs it served or copied; the broker whose last entry is the
-newest epoch is the group's latest master.
+broker that was master last, holding the longest log. Each broker notes the newest master epoch
+it served as master (``masterEpoch`` in its store; slaves copy the epoch file, so that alone
+does not tell); the broker with the newest is the group's latest master.
 """
 
 from __future__ import annotations
 
 from core.config import Config
-from core.errors import StoreCorruptError
-from core.store.epoch_checkpoint import EpochCheckpoint
+from core.store.epoch_checkpoint import master_epoch_served
 
 
 def latest_masters(config: Config) -> dict[str, tuple[str, int, int]]:
-    """Per group: (node, broker id, epoch) of the broker that began the newest master epoch
-    (its own epoch file's last entry is an epoch no other member's file goes past)."""
+    """Per group: (node, broker id, epoch) of the broker that served the newest master epoch."""
     found: dict[str, tuple[str, int, int]] = {}
     for broker in config.brokers:
-        try:
-            entries = EpochCheckpoint(config.data_dir / broker.node).entries
-        except StoreCorruptError:
-            continue
-        if not entries:
-            continue
-        epoch = entries[-1].epoch
+        epoch = master_epoch_served(config.data_dir / broker.node)
         best = found.get(broker.name)
-        if best is None or epoch > best[2]:
+        if epoch and (best is None or epoch > best[2]):
             found[broker.name] = (broker.node, broker.id, epoch)
     return found
 

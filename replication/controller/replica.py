@@ -30,7 +30,7 @@ from core.addresses import own_loopback
 from core.broker.replication import ControllerProgress, ReplicaLag, Replicated, ReplicationMetrics
 from core.config import Config
 from core.node_specs import BrokerNode
-from core.store.epoch_checkpoint import EpochCheckpoint
+from core.store.epoch_checkpoint import EpochCheckpoint, note_master_epoch
 from core.store.interfaces import ReplicatedStore
 from core.store.store_types import StoreRole
 from formats.epoch_file import EpochEntry
@@ -221,6 +221,7 @@ class ControllerReplication:
         store.set_role(StoreRole.WRITER)  # cuts a partial tail first
         if info.master_epoch > self.epochs.last_epoch:
             await trio.to_thread.run_sync(self.epochs.begin, info.master_epoch, store.log_end)
+        await trio.to_thread.run_sync(note_master_epoch, store.root, info.master_epoch)
         gate = master_gate(self._membership, self.node.name) if self._membership is not None else None
         keeper = SyncStateSetKeeper(self.node.id, info, self.link, self.settings, store)
         service = HAService(store, self.settings, self.sync_timeout_s, gate=gate,

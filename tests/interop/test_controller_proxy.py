@@ -5,6 +5,7 @@ send after it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -15,7 +16,7 @@ import pytest
 from core.config import load_config
 from mqctl.nodes.processes import running_pid
 from tests.conftest import child_env
-from tests.controller_cluster import controlled_cluster, master_of, stored_count, wait_for
+from tests.controller_cluster import controlled_cluster, infos, master_of, stored_count, wait_for
 from tests.interop.test_proxy_failover import consumed_indexes, steady_producer
 
 
@@ -31,6 +32,9 @@ def test_a_cpp_producer_through_the_proxy_sees_no_failed_send_when_the_master_is
         with steady_producer(cluster, proxy, "Elected", tmp_path) as producer:
             for _ in range(kills):
                 master, epoch = wait_for(lambda: master_of(config, newer_than=epoch))
+                # a master alone in its SyncStateSet has no successor (one would lack what it
+                # acknowledged): the group waits until a slave is back in sync
+                wait_for(lambda: len(json.loads((infos(config)[master] or {}).get("haSyncStateSet") or "[]")) >= 2)
                 before = len(producer.rows())
                 wait_for(lambda: len(producer.rows()) >= before + 20)
                 killed_at = time.time()
