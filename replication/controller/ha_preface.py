@@ -27,6 +27,7 @@ import trio
 
 from formats.epoch_file import EpochEntry
 from replication.errors import ProtocolError
+from replication.master_slave.handshake import receive_exactly
 
 HANDSHAKE = 1
 EPOCHS_MAX = 65_536
@@ -70,21 +71,15 @@ def decode_entries(data: bytes) -> list[EpochEntry]:
     return entries
 
 
-async def receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < size:
-        chunk = await stream.receive_some(size - len(buf))
-        if not chunk:
-            raise ProtocolError("the peer closed the link during the HA handshake")
-        buf += chunk
-    return bytes(buf)
+async def _receive(stream: trio.SocketStream, size: int) -> bytes:
+    return await receive_exactly(stream, size, during="the HA handshake", error=ProtocolError)
 
 
 async def greet_slave(stream: trio.SocketStream, epochs: Callable[[], tuple[list[EpochEntry], int]]) -> str:
     """The master's side: the slave's broker id (as text, the link's member), after telling it
     this master's epochs and log end."""
     with trio.fail_after(PREFACE_TIMEOUT_S):
-        broker_id = decode_hello(await receive_exactly(stream, _HELLO.size))
+        broker_id = decode_hello(await _receive(stream, _HELLO.size))
         entries, max_offset = epochs()
         await stream.send_all(encode_epochs(entries, max_offset))
     return str(broker_id)
@@ -94,5 +89,5 @@ async def greet_master(stream: trio.SocketStream, broker_id: int) -> tuple[list[
     """The slave's side: the master's epochs and log end."""
     with trio.fail_after(PREFACE_TIMEOUT_S):
         await stream.send_all(encode_hello(broker_id))
-        max_offset, count = decode_epochs_head(await receive_exactly(stream, _EPOCHS_HEAD.size))
-        return decode_entries(await receive_exactly(stream, count * _ENTRY.size)), max_offset
+        max_offset, count = decode_epochs_head(await _receive(stream, _EPOCHS_HEAD.size))
+        return decode_entries(await _receive(stream, count * _ENTRY.size)), max_offset

@@ -62,13 +62,15 @@ def slave_pass(membership: Membership, group: str, broker_id: int) -> Callable[[
     return lambda: membership.connector(PURPOSE, me, master)
 
 
-async def receive_exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes:
-    """``size`` bytes, no more (what follows stays in the socket for the HA protocol)."""
+async def receive_exactly(stream: trio.abc.ReceiveStream, size: int, *, during: str = "the membership handshake",
+                          error: type[Exception] = MembershipError) -> bytes:
+    """``size`` bytes, no more (what follows stays in the socket for the HA protocol); ``error``
+    when the other side closes first."""
     data = bytearray()
     while len(data) < size:
         chunk = await stream.receive_some(size - len(data))
         if not chunk:
-            raise MembershipError("the other side closed the connection during the membership handshake")
+            raise error(f"the other side closed the connection during {during}")
         data += chunk
     return bytes(data)
 
