@@ -52,8 +52,13 @@ def test_upgrade_elects_the_longest_log_and_downgrade_waits_for_id_0(tmp_path, s
         assert refused.returncode != 0 and "broker-a-1 (id 1" in refused.stderr, refused.stderr
         assert load_config(cluster.config).replication.controller  # the file is as it was
 
-        moved = cluster.mqctl("failover", "broker-a", "--to", "0")
+        moved = cluster.mqctl("failover", "broker-a", "--to", "0", "--json")
         assert moved.returncode == 0, moved.stderr
+        row = json.loads(moved.stdout)
+        assert (row["master"], row["previous"]) == ("broker-a-0", 1), row
+        print(f"mqctl failover broker-a --to 0: {row['seconds'] * 1000:.0f} ms")
+        refused_again = cluster.mqctl("failover", "broker-a", "--to", "0")
+        assert refused_again.returncode != 0 and "master already" in refused_again.stderr
         sent_ok(cluster, "under-0", 10)
         allowed = cluster.mqctl("config", "set", "replication.controller", "false")
         assert allowed.returncode == 0, allowed.stderr
