@@ -74,21 +74,21 @@ class SyncStateSetKeeper:
     def _waited(self) -> set[int]:
         return (set(self.members) - {self.me}) | set(self.joining)
 
-    def confirm_offset(self) -> int:
-        """What every member holds: readers may go this far without seeing anything a later
-        master could lack."""
-        acks = self.acked_by()
+    def confirm_offset(self, acks: dict[int, int] | None = None) -> int:
+        """What every member holds (``acks``: :meth:`acked_by`, when the caller has it): readers
+        may go this far without seeing anything a later master could lack."""
+        acks = self.acked_by() if acks is None else acks
         end = self.store.log_end
         return min([end] + [acks.get(b, 0) for b in self.members if b != self.me])
 
     def slave_news(self) -> None:
         """A slave connected, acknowledged or dropped: sends and readers go as far as the
-        members hold."""
+        members hold. Runs at every ack of a sync master: the acks are read once."""
+        acks = self.acked_by()
         others = any(b != self.me for b in self.members)
-        self.store.set_readable_limit(self.confirm_offset() if others else None)
+        self.store.set_readable_limit(self.confirm_offset(acks) if others else None)
         waited = self._waited()
         if waited:
-            acks = self.acked_by()
             self.acks.advance(min(acks.get(b, 0) for b in waited))
         self._news.set()
 
